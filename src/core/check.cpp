@@ -1,0 +1,151 @@
+#include "core/check.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace mlakit::check {
+
+Status fail(std::string_view field, std::string_view value, std::string_view rule) {
+  std::string msg;
+  msg.append(field).append("=").append(value).append(": ").append(rule);
+  return Status::invalid(std::move(msg));
+}
+
+Status fail(std::string_view field, int64_t value, std::string_view rule) {
+  return fail(field, std::to_string(value), rule);
+}
+
+Status fail(std::string_view field, double value, std::string_view rule) {
+  std::ostringstream os;
+  os << value;  // shortest form: "0", "nan", "-inf", "0.125"
+  return fail(field, os.str(), rule);
+}
+
+namespace {
+
+std::string dtype_list(std::initializer_list<DType> dtypes) {
+  std::string s;
+  for (DType t : dtypes) s += (s.empty() ? "" : ", ") + std::string(dtype_name(t));
+  return s;
+}
+
+std::string field(std::string_view name, std::string_view member) {
+  return std::string(name) + "." + std::string(member);
+}
+
+}  // namespace
+
+Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
+              std::string_view layout) {
+  if (!t.defined()) return fail(name, "missing", "is required");
+  bool dtype_ok = false;
+  for (DType d : dtypes) dtype_ok = dtype_ok || d == t.dtype;
+  if (!dtype_ok) return fail(field(name, "dtype"), dtype_name(t.dtype), "must be one of " + dtype_list(dtypes));
+  if (t.ndim != ndim) {
+    return fail(field(name, "ndim"), int64_t(t.ndim),
+                "must be " + std::to_string(ndim) + " (" + std::string(layout) + ")");
+  }
+  for (int i = 0; i < ndim; ++i) {
+    if (t.shape[i] < 0) return fail(field(name, "shape[" + std::to_string(i) + "]"), t.shape[i], "must be >= 0");
+  }
+  if (t.numel() > 0 && t.data == nullptr) return fail(field(name, "data"), "null", "must point to memory");
+  if (t.shape[ndim - 1] > 1 && t.stride[ndim - 1] != 1) {
+    return fail(field(name, "stride[" + std::to_string(ndim - 1) + "]"), t.stride[ndim - 1],
+                "must be 1 (last dimension contiguous)");
+  }
+  return {};
+}
+
+Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
+                       int ndim, std::string_view layout) {
+  if (!t.defined()) return {};
+  return tensor(t, name, dtypes, ndim, layout);
+}
+
+Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, std::string_view what) {
+  if (t.shape[d] == expected) return {};
+  return fail(field(name, "shape[" + std::to_string(d) + "]"), t.shape[d],
+              "must equal " + std::string(what) + "=" + std::to_string(expected));
+}
+
+Status range(std::string_view fld, int64_t value, int64_t lo, int64_t hi, std::string_view note) {
+  if (value >= lo && value <= hi) return {};
+  std::string rule = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!note.empty()) rule += " (" + std::string(note) + ")";
+  return fail(fld, value, rule);
+}
+
+Status same_device(const TensorView& t, std::string_view name, Device device, std::string_view anchor) {
+  if (!t.defined() || t.device == device) return {};
+  return fail(field(name, "device"), device_name(t.device),
+              "must be on the device of " + std::string(anchor) + " (" + device_name(device) + ")");
+}
+
+Status positive_finite(std::string_view fld, double value, std::string_view note) {
+  if (std::isfinite(value) && value > 0) return {};
+  std::string rule = "must be finite and > 0";
+  if (!note.empty()) rule += " (" + std::string(note) + ")";
+  return fail(fld, value, rule);
+}
+
+Status dims(const MlaDims& d, std::string_view name) {
+  if (d.d_c < 1) return fail(field(name, "d_c"), int64_t(d.d_c), "must be >= 1");
+  if (d.d_r < 0 || d.d_r % 2 != 0) {
+    return fail(field(name, "d_r"), int64_t(d.d_r), "must be even and >= 0 (RoPE rotates pairs)");
+  }
+  return {};
+}
+
+Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor) {
+  const std::string pages = field(name, "pages");
+  MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
+  if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
+    return fail(field(name, "format"), kv_format_name(kv.format),
+                "needs d_c=" + std::to_string(ds_mla::kDimC) + " and d_r=" + std::to_string(ds_mla::kDimR) +
+                    ", got d_c=" + std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r));
+  }
+  MLAKIT_TRY(tensor(kv.pages, pages, {DType::kUInt8}, 3, "[num_pages, page_size, row_bytes]"));
+  MLAKIT_TRY(same_device(kv.pages, pages, device, anchor));
+  const int64_t p = kv.page_size();
+  if (p < kMinPageSize || p > kMaxPageSize || (p & (p - 1)) != 0) {
+    return fail("page_size", p,
+                "must be a power of two in [" + std::to_string(kMinPageSize) + ", " + std::to_string(kMaxPageSize) +
+                    "] (" + pages + ".shape[1])");
+  }
+  if (kv.num_pages() < 1) return fail(pages + ".shape[0]", kv.num_pages(), "must be >= 1 (num_pages)");
+  const int64_t row_bytes = kv.row_bytes();
+  MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes,
+                 std::string("the row bytes of ") + kv_format_name(kv.format) + " at d_c=" +
+                     std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r)));
+  if (p > 1 && kv.pages.stride[1] < row_bytes) {
+    return fail(pages + ".stride[1]", kv.pages.stride[1], "must be >= row_bytes=" + std::to_string(row_bytes));
+  }
+  const int64_t min_page_stride = (p - 1) * kv.pages.stride[1] + row_bytes;
+  if (kv.num_pages() > 1 && kv.pages.stride[0] < min_page_stride) {
+    return fail(pages + ".stride[0]", kv.pages.stride[0],
+                "must be >= " + std::to_string(min_page_stride) + " (pages must not overlap)");
+  }
+  if (kv.format == KvFormat::kFP8E4M3 && kv.kv_scale == nullptr) {
+    MLAKIT_TRY(positive_finite(field(name, "kv_scale_value"), kv.kv_scale_value, "used when kv_scale is null"));
+  }
+  return {};
+}
+
+Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv) {
+  const int64_t p = kv.page_size();
+  const int64_t max_pages = block_table.shape[1];
+  for (int64_t b = 0; b < seq_lens.shape[0]; ++b) {
+    const int64_t len = seq_lens.ptr<const int32_t>()[b * seq_lens.stride[0]];
+    const std::string len_field = "seq_lens[" + std::to_string(b) + "]";
+    MLAKIT_TRY(range(len_field, len, 0, max_pages * p, "max_pages * page_size"));
+    const int64_t pages_used = (len + p - 1) / p;
+    const int32_t* row = block_table.ptr<const int32_t>() + b * block_table.stride[0];
+    for (int64_t i = 0; i < pages_used; ++i) {
+      MLAKIT_TRY(range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
+                       kv.num_pages() - 1, "a page of the cache, used by " + len_field));
+    }
+  }
+  return {};
+}
+
+}  // namespace mlakit::check

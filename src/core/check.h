@@ -1,0 +1,42 @@
+#pragma once
+// Building blocks of validate(): each check builds its message from the same values it tests, in the
+// form "field=value: rule" (SPEC.md section 9), so a message can never drift from its check.
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "mlakit/problems.h"
+
+namespace mlakit::check {
+
+/// "field=value: rule".
+Status fail(std::string_view field, std::string_view value, std::string_view rule);
+Status fail(std::string_view field, int64_t value, std::string_view rule);
+Status fail(std::string_view field, double value, std::string_view rule);
+
+/// A required tensor: given, non-null when non-empty, one of `dtypes`, rank `ndim` (`layout` names the
+/// dimensions in the message, e.g. "[b, s_q, h_q, d_qk]"), last dimension contiguous, no negative sizes.
+Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
+              std::string_view layout);
+/// Same as tensor() when `t` is given; ok when it is not.
+Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
+                       int ndim, std::string_view layout);
+/// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
+Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);
+/// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).
+Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, std::string_view note = {});
+/// Tensor lives on `device` (the device of the problem's first tensor, named `anchor`).
+Status same_device(const TensorView& t, std::string_view name, Device device, std::string_view anchor);
+/// Finite and > 0.
+Status positive_finite(std::string_view field, double value, std::string_view note = {});
+/// Latent geometry: d_c >= 1, d_r >= 0 and even.
+Status dims(const MlaDims& d, std::string_view name);
+/// A paged cache: layout, page size rule, format/geometry, strides, scale; on `device`.
+Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor);
+
+/// For CPU-resident inputs only: L_b in [0, max_pages * P] and every page in use in [0, num_pages).
+Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv);
+
+}  // namespace mlakit::check

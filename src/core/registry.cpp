@@ -1,0 +1,88 @@
+// Backend registry and automatic selection (SPEC.md section 9): the highest-priority backend whose
+// supports() says yes; every other backend is reported with its reason. A named backend is used or the
+// call fails with its reason: nothing is rerouted silently.
+
+#include "mlakit/registry.h"
+
+#include <algorithm>
+
+namespace mlakit {
+
+Status Registry::add(std::unique_ptr<Backend> backend) {
+  if (!backend) return Status::invalid("backend=null: must be a backend");
+  if (get(backend->name()) != nullptr) {
+    return Status::invalid("backend.name=" + backend->name() + ": must be unique in the registry");
+  }
+  backends_.push_back(std::move(backend));
+  std::stable_sort(backends_.begin(), backends_.end(),
+                   [](const auto& a, const auto& b) { return a->priority() > b->priority(); });
+  return {};
+}
+
+std::vector<const Backend*> Registry::list() const {
+  std::vector<const Backend*> out;
+  for (const auto& b : backends_) out.push_back(b.get());
+  return out;
+}
+
+const Backend* Registry::get(std::string_view name) const {
+  for (const auto& b : backends_) {
+    if (b->name() == name) return b.get();
+  }
+  return nullptr;
+}
+
+template <typename Problem>
+Selection Registry::select(const Problem& problem, const Preference& preference) const {
+  Selection sel;
+  if (Status v = problem.validate(); !v.ok()) {
+    sel.status = v;
+    return sel;
+  }
+  if (!preference.backend.empty()) {
+    const Backend* named = get(preference.backend);
+    if (named == nullptr) {
+      std::string known;
+      for (const auto& b : backends_) known += (known.empty() ? "" : ", ") + b->name();
+      sel.status = Status::invalid("backend=" + preference.backend + ": must be one of " + known);
+      return sel;
+    }
+    sel.status = named->supports(problem);
+    if (sel.status.ok()) sel.backend = named;
+    for (const auto& b : backends_) {
+      if (b.get() != named) sel.passed_over.push_back({b->name(), "not requested (backend=" + preference.backend + ")"});
+    }
+    return sel;
+  }
+  for (const auto& b : backends_) {  // highest priority first
+    if (sel.backend != nullptr) {
+      sel.passed_over.push_back({b->name(), "lower priority than '" + sel.backend->name() + "'"});
+      continue;
+    }
+    Status s = b->supports(problem);
+    if (s.ok()) {
+      sel.backend = b.get();
+    } else {
+      sel.passed_over.push_back({b->name(), s.message()});
+    }
+  }
+  if (sel.backend == nullptr) sel.status = Status::not_supported("no backend supports this call (see passed_over)");
+  return sel;
+}
+
+template Selection Registry::select(const DecodeProblem&, const Preference&) const;
+template Selection Registry::select(const SparseDecodeProblem&, const Preference&) const;
+template Selection Registry::select(const PrefillProblem&, const Preference&) const;
+template Selection Registry::select(const MergeProblem&, const Preference&) const;
+template Selection Registry::select(const MergePairProblem&, const Preference&) const;
+template Selection Registry::select(const AppendKvProblem&, const Preference&) const;
+template Selection Registry::select(const RopeProblem&, const Preference&) const;
+template Selection Registry::select(const GatherKvProblem&, const Preference&) const;
+
+std::string Selection::explain() const {
+  std::string s = backend ? "chosen: " + backend->name() + "\n" : "chosen: none (" + status.to_string() + ")\n";
+  for (const Rejection& r : passed_over) s += "passed over: " + r.backend + ": " + r.reason + "\n";
+  return s;
+}
+
+}  // namespace mlakit

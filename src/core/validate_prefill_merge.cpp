@@ -1,0 +1,115 @@
+// validate() of prefill (SPEC.md section 3) and of the merge forms (section 6).
+
+#include "core/check.h"
+
+namespace mlakit {
+namespace {
+
+constexpr std::initializer_list<DType> kStateDTypes = {DType::kFP32, DType::kBF16, DType::kFP16};
+
+/// cu_seqlens on the CPU: starts at 0, never decreases, ends within the token count.
+Status cu_seqlens_contents(const TensorView& cu, std::string_view name, int64_t tokens) {
+  const int32_t* v = cu.ptr<const int32_t>();
+  const auto at = [&](int64_t i) { return int64_t(v[i * cu.stride[0]]); };
+  const std::string n(name);
+  MLAKIT_TRY(check::range(n + "[0]", at(0), 0, 0, "prefix sums start at 0"));
+  for (int64_t i = 1; i < cu.shape[0]; ++i) {
+    MLAKIT_TRY(check::range(n + "[" + std::to_string(i) + "]", at(i), at(i - 1), tokens,
+                            "non-decreasing and within the " + std::to_string(tokens) + " tokens"));
+  }
+  return {};
+}
+
+}  // namespace
+
+Status PrefillProblem::validate() const {
+  MLAKIT_TRY(check::tensor(q, "q", {DType::kBF16, DType::kFP16}, 3, "[T_q, h_q, d_nope + d_r]"));
+  const Device dev = q.device;
+  MLAKIT_TRY(check::range("h_q", q.shape[1], 1, kMaxHeads, "q.shape[1]"));
+  MLAKIT_TRY(check::range("q.shape[2]", q.shape[2], 1, INT32_MAX, "d_nope + d_r"));
+  MLAKIT_TRY(check::tensor(k, "k", {q.dtype}, 3, "[T_k, h_q, d_nope + d_r]"));
+  MLAKIT_TRY(check::tensor(v, "v", {q.dtype}, 3, "[T_k, h_q, d_vh]"));
+  MLAKIT_TRY(check::dim(k, "k", 1, q.shape[1], "h_q"));
+  MLAKIT_TRY(check::dim(k, "k", 2, q.shape[2], "q.shape[2]"));
+  MLAKIT_TRY(check::dim(v, "v", 0, k.shape[0], "T_k"));
+  MLAKIT_TRY(check::dim(v, "v", 1, q.shape[1], "h_q"));
+  MLAKIT_TRY(check::range("v.shape[2]", v.shape[2], 1, INT32_MAX, "d_vh"));
+  MLAKIT_TRY(check::tensor(cu_seqlens_q, "cu_seqlens_q", {DType::kInt32}, 1, "[b + 1]"));
+  MLAKIT_TRY(check::tensor(cu_seqlens_k, "cu_seqlens_k", {DType::kInt32}, 1, "[b + 1]"));
+  MLAKIT_TRY(check::range("cu_seqlens_q.shape[0]", cu_seqlens_q.shape[0], 2, INT32_MAX, "b + 1 with b >= 1"));
+  MLAKIT_TRY(check::dim(cu_seqlens_k, "cu_seqlens_k", 0, cu_seqlens_q.shape[0], "b + 1"));
+  MLAKIT_TRY(check::tensor(out, "out", {q.dtype}, 3, "[T_q, h_q, d_vh]"));
+  MLAKIT_TRY(check::dim(out, "out", 0, q.shape[0], "T_q"));
+  MLAKIT_TRY(check::dim(out, "out", 1, q.shape[1], "h_q"));
+  MLAKIT_TRY(check::dim(out, "out", 2, v.shape[2], "d_vh"));
+  MLAKIT_TRY(check::optional_tensor(lse, "lse", {DType::kFP32}, 2, "[T_q, h_q]"));
+  if (lse.defined()) {
+    MLAKIT_TRY(check::dim(lse, "lse", 0, q.shape[0], "T_q"));
+    MLAKIT_TRY(check::dim(lse, "lse", 1, q.shape[1], "h_q"));
+  }
+  for (const auto& [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&cu_seqlens_q, "cu_seqlens_q"},
+                                {&cu_seqlens_k, "cu_seqlens_k"}, {&out, "out"}, {&lse, "lse"}}) {
+    MLAKIT_TRY(check::same_device(*t, name, dev, "q"));
+  }
+  MLAKIT_TRY(check::positive_finite("softmax_scale", softmax_scale, "there is no default: pass tau explicitly"));
+
+  if (dev.is_cpu()) {
+    MLAKIT_TRY(cu_seqlens_contents(cu_seqlens_q, "cu_seqlens_q", q.shape[0]));
+    MLAKIT_TRY(cu_seqlens_contents(cu_seqlens_k, "cu_seqlens_k", k.shape[0]));
+    const auto len = [](const TensorView& cu, int64_t i) {
+      return int64_t(cu.ptr<const int32_t>()[(i + 1) * cu.stride[0]] - cu.ptr<const int32_t>()[i * cu.stride[0]]);
+    };
+    for (int64_t i = 0; i < batch(); ++i) {
+      const int64_t lq = len(cu_seqlens_q, i), lk = len(cu_seqlens_k, i);
+      if (lk < lq) {
+        return check::fail("Lk[" + std::to_string(i) + "]", lk,
+                           "must be >= Lq[" + std::to_string(i) + "]=" + std::to_string(lq) +
+                               " (queries are the last tokens of their sequence)");
+      }
+    }
+  }
+  return {};
+}
+
+Status MergeProblem::validate() const {
+  MLAKIT_TRY(check::tensor(parts_out, "parts_out", kStateDTypes, 3, "[n, rows, d]"));
+  const Device dev = parts_out.device;
+  MLAKIT_TRY(check::range("parts_out.shape[0]", parts_out.shape[0], 1, INT32_MAX, "n, the number of parts"));
+  MLAKIT_TRY(check::tensor(parts_lse, "parts_lse", {DType::kFP32}, 2, "[n, rows]"));
+  MLAKIT_TRY(check::dim(parts_lse, "parts_lse", 0, parts_out.shape[0], "n"));
+  MLAKIT_TRY(check::dim(parts_lse, "parts_lse", 1, parts_out.shape[1], "rows"));
+  MLAKIT_TRY(check::tensor(out, "out", kStateDTypes, 2, "[rows, d]"));
+  MLAKIT_TRY(check::dim(out, "out", 0, parts_out.shape[1], "rows"));
+  MLAKIT_TRY(check::dim(out, "out", 1, parts_out.shape[2], "d"));
+  MLAKIT_TRY(check::optional_tensor(lse, "lse", {DType::kFP32}, 1, "[rows]"));
+  if (lse.defined()) MLAKIT_TRY(check::dim(lse, "lse", 0, parts_out.shape[1], "rows"));
+  for (const auto& [t, name] : {std::pair{&parts_lse, "parts_lse"}, {&out, "out"}, {&lse, "lse"}}) {
+    MLAKIT_TRY(check::same_device(*t, name, dev, "parts_out"));
+  }
+  return {};
+}
+
+Status MergePairProblem::validate() const {
+  MLAKIT_TRY(check::tensor(out_a, "out_a", kStateDTypes, 2, "[rows, d]"));
+  const Device dev = out_a.device;
+  const int64_t rows = out_a.shape[0], d = out_a.shape[1];
+  MLAKIT_TRY(check::tensor(out_b, "out_b", {out_a.dtype}, 2, "[rows, d]"));
+  MLAKIT_TRY(check::dim(out_b, "out_b", 0, rows, "rows"));
+  MLAKIT_TRY(check::dim(out_b, "out_b", 1, d, "d"));
+  MLAKIT_TRY(check::tensor(lse_a, "lse_a", {DType::kFP32}, 1, "[rows]"));
+  MLAKIT_TRY(check::dim(lse_a, "lse_a", 0, rows, "rows"));
+  MLAKIT_TRY(check::tensor(lse_b, "lse_b", {DType::kFP32}, 1, "[rows]"));
+  MLAKIT_TRY(check::dim(lse_b, "lse_b", 0, rows, "rows"));
+  MLAKIT_TRY(check::tensor(out, "out", kStateDTypes, 2, "[rows, d]"));
+  MLAKIT_TRY(check::dim(out, "out", 0, rows, "rows"));
+  MLAKIT_TRY(check::dim(out, "out", 1, d, "d"));
+  MLAKIT_TRY(check::optional_tensor(lse, "lse", {DType::kFP32}, 1, "[rows]"));
+  if (lse.defined()) MLAKIT_TRY(check::dim(lse, "lse", 0, rows, "rows"));
+  for (const auto& [t, name] : {std::pair{&out_b, "out_b"}, {&lse_a, "lse_a"}, {&lse_b, "lse_b"}, {&out, "out"},
+                                {&lse, "lse"}}) {
+    MLAKIT_TRY(check::same_device(*t, name, dev, "out_a"));
+  }
+  return {};
+}
+
+}  // namespace mlakit

@@ -1,0 +1,33 @@
+#pragma once
+// Host entry points of the CUDA backend, one group per operation folder. cuda_backend.cpp dispatches to
+// these; they receive only problems that passed validate() and live on a CUDA device.
+
+#include <cstddef>
+#include <vector>
+
+#include "mlakit/backend.h"
+#include "mlakit/problems.h"
+
+namespace mlakit::cuda {
+
+// decode/ (issue 3)
+std::vector<Feature> decode_features();
+Status decode_supports(const DecodeProblem& p);
+size_t decode_workspace_bytes(const DecodeProblem& p);
+Status decode_plan(const DecodeProblem& p, Workspace ws, Stream stream);
+Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream);
+
+// cache/ (issue 4)
+std::vector<Feature> cache_features();
+Status append_kv_supports(const AppendKvProblem& p);
+Status append_kv_run(const AppendKvProblem& p, Stream stream);
+Status rope_supports(const RopeProblem& p);
+Status rope_run(const RopeProblem& p, Stream stream);
+Status gather_kv_supports(const GatherKvProblem& p);
+Status gather_kv_run(const GatherKvProblem& p, Stream stream);
+Status merge_supports(const MergeProblem& p);
+Status merge_run(const MergeProblem& p, Stream stream);
+Status merge_pair_supports(const MergePairProblem& p);
+Status merge_pair_run(const MergePairProblem& p, Stream stream);
+
+}  // namespace mlakit::cuda
