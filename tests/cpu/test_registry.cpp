@@ -1,0 +1,183 @@
+// Backend registry and selection (SPEC.md section 9): automatic selection picks the highest-priority
+// backend that supports the call and says why every other one was passed over; a named backend is used
+// or refused with its reason, never replaced; the public entry points validate before any backend runs.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "common/decode_case.h"
+#include "mlakit/registry.h"
+
+namespace mlakit {
+namespace {
+
+
+/// A CPU backend that outranks the reference and accepts only page size 16, to exercise selection.
+class PickyBackend final : public Backend {
+ public:
+  explicit PickyBackend(int* runs) : runs_(runs) {}
+  std::string name() const override { return "picky"; }
+  std::string description() const override { return "test double: page_size 16 only"; }
+  DeviceType device_type() const override { return DeviceType::kCPU; }
+  int priority() const override { return 5; }
+  std::vector<Feature> features() const override { return {{OpKind::kDecode, "P=16"}}; }
+
+ protected:
+  Status do_supports_decode(const DecodeProblem& p) const override {
+    if (p.kv.page_size() != 16) {
+      return Status::not_supported("page_size=" + std::to_string(p.kv.page_size()) + ": picky takes only 16");
+    }
+    return {};
+  }
+  size_t do_workspace_bytes_decode(const DecodeProblem&) const override { return 64; }
+  Status do_plan_decode(const DecodeProblem&, Workspace, Stream) const override { return {}; }
+  Status do_run_decode(const DecodeProblem&, Workspace, Stream) const override {
+    ++*runs_;
+    return {};
+  }
+
+ private:
+  int* runs_;
+};
+
+test::DecodeCase make_case(int64_t page_size) {
+  test::DecodeCaseConfig cfg;
+  cfg.page_size = page_size;
+  cfg.seq_lens = {3, 20};
+  cfg.h_q = 2;
+  return test::DecodeCase::generate(cfg);
+}
+
+Registry registry_with_picky(int* runs) {
+  Registry r = make_default_registry();
+  EXPECT_TRUE(r.add(std::make_unique<PickyBackend>(runs)).ok());
+  return r;
+}
+
+TEST(Registry, DefaultHasReferenceFirstAmongCpuBackends) {
+  const Registry r = make_default_registry();
+  ASSERT_NE(r.get("reference"), nullptr);
+  EXPECT_EQ(r.get("reference")->device_type(), DeviceType::kCPU);
+  EXPECT_EQ(r.get("no-such-backend"), nullptr);
+  const auto all = r.list();
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_GE(all[i - 1]->priority(), all[i]->priority());
+}
+
+TEST(Registry, DuplicateNameRejected) {
+  int runs = 0;
+  Registry r = registry_with_picky(&runs);
+  const Status s = r.add(std::make_unique<PickyBackend>(&runs));
+  EXPECT_EQ(s.message(), "backend.name=picky: must be unique in the registry");
+}
+
+TEST(Registry, AutomaticPrefersHigherPriorityWhenSupported) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  test::DecodeCase c = make_case(16);
+  const Selection sel = r.select(c.problem());
+  ASSERT_NE(sel.backend, nullptr) << sel.explain();
+  EXPECT_EQ(sel.backend->name(), "picky");
+  bool saw_reference = false;
+  for (const Rejection& rej : sel.passed_over) {
+    if (rej.backend == "reference") {
+      saw_reference = true;
+      EXPECT_EQ(rej.reason, "lower priority than 'picky'");
+    }
+  }
+  EXPECT_TRUE(saw_reference) << sel.explain();
+}
+
+TEST(Registry, AutomaticFallsBackAndSaysWhy) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  test::DecodeCase c = make_case(64);
+  const Selection sel = r.select(c.problem());
+  ASSERT_NE(sel.backend, nullptr);
+  EXPECT_EQ(sel.backend->name(), "reference");
+  bool saw_picky = false;
+  for (const Rejection& rej : sel.passed_over) {
+    if (rej.backend == "picky") {
+      saw_picky = true;
+      EXPECT_EQ(rej.reason, "page_size=64: picky takes only 16");
+    }
+  }
+  EXPECT_TRUE(saw_picky) << sel.explain();
+  EXPECT_NE(sel.explain().find("passed over: picky: page_size=64: picky takes only 16"), std::string::npos);
+}
+
+TEST(Registry, NamedBackendIsNeverRerouted) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  test::DecodeCase c = make_case(64);
+  const Selection sel = r.select(c.problem(), Preference{"picky"});
+  EXPECT_EQ(sel.backend, nullptr);
+  EXPECT_EQ(sel.status.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(sel.status.message(), "page_size=64: picky takes only 16");
+}
+
+TEST(Registry, UnknownNameListsKnownBackends) {
+  const Registry r = make_default_registry();
+  test::DecodeCase c = make_case(64);
+  const Selection sel = r.select(c.problem(), Preference{"flash"});
+  EXPECT_EQ(sel.backend, nullptr);
+  EXPECT_EQ(sel.status.message().rfind("backend=flash: must be one of ", 0), 0u) << sel.status.message();
+  EXPECT_NE(sel.status.message().find("reference"), std::string::npos);
+}
+
+TEST(Registry, InvalidProblemReachesNoBackend) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  test::DecodeCase c = make_case(16);
+  DecodeProblem p = c.problem();
+  p.softmax_scale = -1.0f;
+  const Selection sel = r.select(p);
+  EXPECT_EQ(sel.backend, nullptr);
+  EXPECT_TRUE(sel.passed_over.empty());
+  EXPECT_EQ(sel.status.code(), StatusCode::kInvalidArgument);
+  // The public run() validates too: a backend's hook is never reached with a bad call.
+  EXPECT_FALSE(r.get("picky")->run(p, Workspace{}, nullptr).ok());
+  EXPECT_EQ(runs, 0);
+}
+
+TEST(Registry, WorkspaceTooSmallIsRefused) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  test::DecodeCase c = make_case(16);
+  const Backend* b = r.get("picky");
+  ASSERT_EQ(b->workspace_bytes(c.problem()), 64u);
+  char ws[64];
+  const Status s = b->run(c.problem(), Workspace{ws, 32}, nullptr);
+  EXPECT_EQ(s.message(), "workspace.bytes=32: must be >= workspace_bytes(problem)=64");
+  EXPECT_EQ(runs, 0);
+  EXPECT_TRUE(b->run(c.problem(), Workspace{ws, sizeof ws}, nullptr).ok());
+  EXPECT_EQ(runs, 1);
+}
+
+TEST(Registry, WrongDeviceIsExplained) {
+  const Registry r = make_default_registry();
+  test::DecodeCase c = make_case(64);
+  test::DecodeBuffers at = c.host_buffers();
+  const DecodeProblem p = c.problem(at, Device::cuda(0));  // pointers never read: validation is host-only
+  const Selection sel = r.select(p);
+  for (const Rejection& rej : sel.passed_over) {
+    if (rej.backend == "reference") {
+      EXPECT_EQ(rej.reason, "backend 'reference' takes cpu tensors, the call's are on cuda:0");
+    }
+  }
+}
+
+TEST(Registry, UnimplementedOperationSaysSo) {
+  int runs = 0;
+  const Registry r = registry_with_picky(&runs);
+  float parts[2] = {1, 2}, lses[2] = {0, 0}, out[1], lse[1];
+  MergeProblem m;
+  m.parts_out = TensorView::contiguous(parts, DType::kFP32, {2, 1, 1});
+  m.parts_lse = TensorView::contiguous(lses, DType::kFP32, {2, 1});
+  m.out = TensorView::contiguous(out, DType::kFP32, {1, 1});
+  m.lse = TensorView::contiguous(lse, DType::kFP32, {1});
+  EXPECT_EQ(r.get("picky")->supports(m).message(), "backend 'picky' does not implement merge");
+}
+
+}  // namespace
+}  // namespace mlakit

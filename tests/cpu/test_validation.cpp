@@ -1,0 +1,143 @@
+// SPEC.md section 9: every rule of validate() rejects a bad field with a message naming the field, the
+// value and the rule. Each case starts from a valid problem, breaks exactly one thing, and asserts on the
+// full message text; the valid problem itself must pass, so a check that rejects everything fails too.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "common/decode_case.h"
+#include "mlakit/problems.h"
+
+namespace mlakit {
+namespace {
+
+using test::DecodeCase;
+using test::DecodeCaseConfig;
+
+struct DecodeRule {
+  const char* name;
+  std::function<void(DecodeProblem&)> mutate;
+  const char* message;
+};
+
+class DecodeValidation : public ::testing::TestWithParam<DecodeRule> {};
+
+DecodeCase& shared_case() {
+  static DecodeCase c = [] {
+    DecodeCaseConfig cfg;
+    cfg.seq_lens = {5, 70};  // b = 2, P = 64: two pages for request 1
+    cfg.h_q = 4;
+    return DecodeCase::generate(cfg);
+  }();
+  return c;
+}
+
+TEST(DecodeValidationBase, ValidProblemPasses) {
+  const Status s = shared_case().problem().validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST_P(DecodeValidation, NamesFieldValueAndRule) {
+  DecodeProblem p = shared_case().problem();
+  GetParam().mutate(p);
+  const Status s = p.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), GetParam().message);
+}
+
+const DecodeRule kDecodeRules[] = {
+    {"QMissing", [](DecodeProblem& p) { p.q = {}; }, "q=missing: is required"},
+    {"QDtype", [](DecodeProblem& p) { p.q.dtype = DType::kFP32; }, "q.dtype=fp32: must be one of bf16, fp16"},
+    {"QRank", [](DecodeProblem& p) { p.q.ndim = 3; }, "q.ndim=3: must be 4 ([b, s_q, h_q, d_qk])"},
+    {"QNull", [](DecodeProblem& p) { p.q.data = nullptr; }, "q.data=null: must point to memory"},
+    {"QLastStride", [](DecodeProblem& p) { p.q.stride[3] = 2; }, "q.stride[3]=2: must be 1 (last dimension contiguous)"},
+    {"BatchZero", [](DecodeProblem& p) { p.q.shape[0] = 0; }, "b=0: must be in [1, 2147483647] (q.shape[0])"},
+    {"SqTooLarge", [](DecodeProblem& p) { p.q.shape[1] = 9; }, "s_q=9: must be in [1, 8] (q.shape[1])"},
+    {"HqZero", [](DecodeProblem& p) { p.q.shape[2] = 0; }, "h_q=0: must be in [1, 128] (q.shape[2])"},
+    {"HqTooLarge", [](DecodeProblem& p) { p.q.shape[2] = 129; }, "h_q=129: must be in [1, 128] (q.shape[2])"},
+    {"QWidth", [](DecodeProblem& p) { p.q.shape[3] = 512; }, "q.shape[3]=512: must equal d_qk = d_c + d_r=576"},
+    {"PageSizeNotPowerOfTwo", [](DecodeProblem& p) { p.kv.pages.shape[1] = 48; },
+     "page_size=48: must be a power of two in [1, 256] (kv.pages.shape[1])"},
+    {"PageSizeTooLarge", [](DecodeProblem& p) { p.kv.pages.shape[1] = 512; },
+     "page_size=512: must be a power of two in [1, 256] (kv.pages.shape[1])"},
+    {"DsMlaGeometry", [](DecodeProblem& p) { p.kv.format = KvFormat::kFP8DsMla; p.kv.dims.d_c = 256; },
+     "kv.format=fp8_ds_mla: needs d_c=512 and d_r=64, got d_c=256, d_r=64"},
+    {"OddRope", [](DecodeProblem& p) { p.kv.dims.d_r = 3; }, "kv.dims.d_r=3: must be even and >= 0 (RoPE rotates pairs)"},
+    {"ZeroLatent", [](DecodeProblem& p) { p.kv.dims.d_c = 0; }, "kv.dims.d_c=0: must be >= 1"},
+    {"CacheDtype", [](DecodeProblem& p) { p.kv.pages.dtype = DType::kBF16; }, "kv.pages.dtype=bf16: must be one of uint8"},
+    {"RowBytes", [](DecodeProblem& p) { p.kv.format = KvFormat::kFP8E4M3; },
+     "kv.pages.shape[2]=1152: must equal the row bytes of fp8_e4m3 at d_c=512, d_r=64=576"},
+    {"RowStride", [](DecodeProblem& p) { p.kv.pages.stride[1] = 1000; }, "kv.pages.stride[1]=1000: must be >= row_bytes=1152"},
+    {"PagesOverlap", [](DecodeProblem& p) { p.kv.pages.stride[0] = 1152; },
+     "kv.pages.stride[0]=1152: must be >= 73728 (pages must not overlap)"},
+    {"Fp8ScaleValue", [](DecodeProblem& p) {
+       p.kv.format = KvFormat::kFP8E4M3; p.kv.pages.shape[2] = 576; p.kv.pages.stride[1] = 576;
+       p.kv.pages.stride[0] = 64 * 576; p.kv.kv_scale = nullptr; p.kv.kv_scale_value = 0.0f; },
+     "kv.kv_scale_value=0: must be finite and > 0 (used when kv_scale is null)"},
+    {"BlockTableDtype", [](DecodeProblem& p) { p.block_table.dtype = DType::kInt64; },
+     "block_table.dtype=int64: must be one of int32"},
+    {"BlockTableBatch", [](DecodeProblem& p) { p.block_table.shape[0] = 3; }, "block_table.shape[0]=3: must equal b=2"},
+    {"SeqLensBatch", [](DecodeProblem& p) { p.seq_lens.shape[0] = 1; }, "seq_lens.shape[0]=1: must equal b=2"},
+    {"OutDtype", [](DecodeProblem& p) { p.out.dtype = DType::kFP16; }, "out.dtype=fp16: must be one of bf16"},
+    {"OutWidth", [](DecodeProblem& p) { p.out.shape[3] = 576; }, "out.shape[3]=576: must equal d_v = d_c=512"},
+    {"OutHeads", [](DecodeProblem& p) { p.out.shape[2] = 5; }, "out.shape[2]=5: must equal q.shape[2]=4"},
+    {"LseDtype", [](DecodeProblem& p) { p.lse.dtype = DType::kBF16; }, "lse.dtype=bf16: must be one of fp32"},
+    {"LseShape", [](DecodeProblem& p) { p.lse.shape[1] = 2; }, "lse.shape[1]=2: must equal q.shape[1]=1"},
+    {"ScaleZero", [](DecodeProblem& p) { p.softmax_scale = 0.0f; },
+     "softmax_scale=0: must be finite and > 0 (there is no default: pass tau explicitly)"},
+    {"ScaleNaN", [](DecodeProblem& p) { p.softmax_scale = NAN; },
+     "softmax_scale=nan: must be finite and > 0 (there is no default: pass tau explicitly)"},
+    {"DeviceMismatch", [](DecodeProblem& p) { p.out.device = Device::cuda(0); },
+     "out.device=cuda:0: must be on the device of q (cpu)"},
+};
+INSTANTIATE_TEST_SUITE_P(Rules, DecodeValidation, ::testing::ValuesIn(kDecodeRules),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Contents of host-resident integer tensors are checked too (on the CPU only; see SPEC.md section 9).
+TEST(DecodeValidationContents, SeqLenBeyondTable) {
+  DecodeCase& c = shared_case();
+  DecodeProblem p = c.problem();
+  const int32_t saved = c.seq_lens[1];
+  const int64_t limit = p.block_table.shape[1] * p.kv.page_size();
+  c.seq_lens[1] = int32_t(limit + 1);
+  const Status s = p.validate();
+  c.seq_lens[1] = saved;
+  EXPECT_EQ(s.message(), "seq_lens[1]=" + std::to_string(limit + 1) + ": must be in [0, " + std::to_string(limit) +
+                             "] (max_pages * page_size)");
+}
+
+TEST(DecodeValidationContents, NegativeSeqLen) {
+  DecodeCase& c = shared_case();
+  DecodeProblem p = c.problem();
+  const int64_t limit = p.block_table.shape[1] * p.kv.page_size();
+  const int32_t saved = c.seq_lens[0];
+  c.seq_lens[0] = -1;
+  const Status s = p.validate();
+  c.seq_lens[0] = saved;
+  EXPECT_EQ(s.message(), "seq_lens[0]=-1: must be in [0, " + std::to_string(limit) + "] (max_pages * page_size)");
+}
+
+TEST(DecodeValidationContents, PageOutsideCache) {
+  DecodeCase& c = shared_case();
+  DecodeProblem p = c.problem();
+  const int64_t row1 = c.table_row_stride;  // request 1 uses two pages; break its second
+  const int32_t saved = c.block_table[size_t(row1 + 1)];
+  c.block_table[size_t(row1 + 1)] = int32_t(c.num_pages);
+  const Status s = p.validate();
+  c.block_table[size_t(row1 + 1)] = saved;
+  EXPECT_EQ(s.message(), "block_table[1][1]=" + std::to_string(c.num_pages) + ": must be in [0, " +
+                             std::to_string(c.num_pages - 1) + "] (a page of the cache, used by seq_lens[1])");
+}
+
+TEST(DecodeValidationContents, PagesPastTheLengthAreNotChecked) {
+  DecodeCase& c = shared_case();
+  // Request 0 has 5 tokens: only its first page is in use; -1 after it is the documented padding.
+  EXPECT_EQ(c.block_table[1], test::kUnusedPage);
+  EXPECT_TRUE(c.problem().validate().ok());
+}
+
+}  // namespace
+}  // namespace mlakit
