@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds MLAKit into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure step.
+# CUDA backends are built when nvcc is found (MLAKIT_CUDA=ON|OFF overrides).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+build=${BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$build" -j "$(nproc)"

@@ -1,0 +1,193 @@
+// `mlakit bench`: times plan + decode (+ combine) of a preset workload, median over repetitions with the
+// cache flushed before each, and checks a sample of the output against the CPU reference.
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "decode_spec.h"
+#include "decode_workload.h"
+#include "mlakit/registry.h"
+
+namespace mlakit::cli {
+namespace {
+
+constexpr int64_t kGpuIters = 20;
+constexpr int64_t kCpuIters = 3;
+constexpr uint64_t kSeed = 20261122;
+
+constexpr const char* kHelp = R"(usage: mlakit bench [options]
+  --preset NAME      default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (GPU.md's nine shapes)
+  --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
+  --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
+  --causal           causal masking for s_q > 1
+  --backend NAME     a registered backend (default: automatic selection on the GPU, else the CPU reference)
+  --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
+  --json FILE        also write every result as JSON
+Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply).
+)";
+
+struct Row {
+  DecodeSpec spec;
+  std::string backend;
+  Status status;
+  double median_ms = 0, min_ms = 0;
+  SampleCheck check;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters) {
+  Row row{spec, "-", {}, 0, 0, {}};
+  std::unique_ptr<DecodeWorkload> w;
+  row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
+  if (!row.status.ok()) return row;
+  const Selection sel = registry.select(w->problem(), pref);
+  if (!sel.backend) {
+    row.status = Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+    return row;
+  }
+  const Backend& be = *sel.backend;
+  row.backend = be.name();
+  Buffer ws(mem, be.workspace_bytes(w->problem()));
+  if (!ws.ok()) {
+    row.status = Status::invalid("workspace bytes=" + std::to_string(ws.bytes()) + ": allocation failed");
+    return row;
+  }
+  const Workspace workspace{ws.get(), ws.bytes()};
+  const auto step = [&]() -> Status {
+    MLAKIT_TRY(be.plan(w->problem(), workspace, mem->stream()));
+    return be.run(w->problem(), workspace, mem->stream());
+  };
+  row.status = step();  // warm-up, and the output that is checked
+  if (!row.status.ok()) return row;
+  if (be.name() != "reference") {
+    row.status = w->check_sample(*registry.get("reference"), &row.check);
+    if (!row.status.ok()) return row;
+  }
+  std::vector<double> times;
+  for (int64_t i = 0; i < iters; ++i) {
+    double ms = 0;
+    row.status = mem->flush_cache();
+    if (row.status.ok()) row.status = mem->time_ms(step, &ms);
+    if (!row.status.ok()) return row;
+    times.push_back(ms);
+  }
+  row.median_ms = median(times);
+  row.min_ms = *std::min_element(times.begin(), times.end());
+  return row;
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const std::string& device) {
+  std::ofstream f(path);
+  f << "{\n  \"mlakit\": \"" << version() << "\", \"build\": \"" << build_info() << "\", \"device\": \"" << device
+    << "\",\n  \"ceilings\": {\"copy_GBps\": " << kCopyCeilingGBs << ", \"gemm_TFLOPs\": " << kGemmCeilingTFlops
+    << "},\n  \"results\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const double s = r.median_ms * 1e-3;
+    f << "    {\"b\": " << r.spec.batch << ", \"s_q\": " << r.spec.s_q << ", \"L\": " << r.spec.ctx
+      << ", \"h_q\": " << r.spec.h_q << ", \"page_size\": " << r.spec.page_size << ", \"kv_format\": \""
+      << kv_format_name(r.spec.format) << "\", \"causal\": " << (r.spec.causal ? "true" : "false")
+      << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
+      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms
+      << ", \"TFLOPs\": " << (s > 0 ? r.spec.flops() / s * 1e-12 : 0)
+      << ", \"GBps\": " << (s > 0 ? r.spec.bytes_moved() / s * 1e-9 : 0)
+      << ", \"sample_requests\": " << r.check.requests << ", \"max_abs_err\": " << r.check.max_abs_err
+      << ", \"worst_tolerance_ratio\": " << r.check.worst_ratio << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  f << "  ]\n}\n";
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::set<std::string> options = decode_options();
+  options.insert({"preset", "iters", "json"});
+  Args args;
+  if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal"}, &args); !s.ok() || args.has("help")) {
+    if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
+    std::fputs(kHelp, s.ok() ? stdout : stderr);
+    return s.ok() ? 0 : 2;
+  }
+  const Registry registry = make_default_registry();
+  const Preference pref{args.get("backend", "")};
+
+  // Where to run: the named backend's device, else the GPU when there is one, else the CPU reference.
+  std::unique_ptr<DeviceMemory> mem;
+  Status no_gpu;
+  const Backend* named = pref.backend.empty() ? nullptr : registry.get(pref.backend);
+  if (!pref.backend.empty() && named == nullptr) {
+    std::string known;
+    for (const Backend* b : registry.list()) known += (known.empty() ? "" : ", ") + b->name();
+    std::fprintf(stderr, "--backend=%s: must be one of %s\n", pref.backend.c_str(), known.c_str());
+    return 2;
+  }
+  if (!named || named->device_type() == DeviceType::kCUDA) no_gpu = make_cuda_memory(&mem);
+  const bool on_cpu = !mem;
+  if (on_cpu) {
+    if (named && named->device_type() == DeviceType::kCUDA) {
+      std::fprintf(stderr, "backend=%s: needs a GPU: %s\n", pref.backend.c_str(), no_gpu.message().c_str());
+      return 1;
+    }
+    mem = make_cpu_memory();
+  }
+
+  std::vector<DecodeSpec> specs;
+  Status s = preset_specs(args.get("preset", "default"), &specs);
+  if (s.ok() && on_cpu) {
+    for (DecodeSpec& spec : specs) spec = shrink_for_cpu(spec);
+  }
+  if (s.ok()) s = apply_overrides(args, &specs);
+  int64_t iters = 0;
+  if (s.ok()) s = args.get_int("iters", on_cpu ? kCpuIters : kGpuIters, &iters);
+  if (s.ok() && iters < 1) s = Status::invalid("--iters=" + std::to_string(iters) + ": must be >= 1");
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  if (on_cpu) {
+    std::printf("note: %s%s; running the CPU reference backend at reduced size (b<=2, L<=1024 unless given)\n",
+                named ? "backend=reference requested" : "no GPU: ", named ? "" : no_gpu.message().c_str());
+  }
+
+  std::vector<Row> rows;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, specs.size(), specs[i].describe().c_str());
+    rows.push_back(run_one(specs[i], registry, pref, mem.get(), iters));
+    if (!rows.back().status.ok()) std::fprintf(stderr, "  failed: %s\n", rows.back().status.to_string().c_str());
+  }
+
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
+              version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
+  std::printf("%-44s %-9s %9s %9s %6s %8s %6s %10s %s\n", "shape", "backend", "ms", "TFLOP/s", "%peak", "GB/s",
+              "%copy", "max err", "check");
+  int failures = 0;
+  for (const Row& r : rows) {
+    if (!r.status.ok()) {
+      ++failures;
+      std::printf("%-44s %-9s FAILED: %s\n", r.spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+      continue;
+    }
+    const double sec = r.median_ms * 1e-3, tflops = r.spec.flops() / sec * 1e-12, gbs = r.spec.bytes_moved() / sec * 1e-9;
+    const std::string check = r.backend == "reference" ? "is the reference"
+                              : r.check.passed()        ? "ok (" + std::to_string(r.check.requests) + " requests)"
+                                                        : "OUTSIDE SPEC TOLERANCE";
+    if (r.backend != "reference" && !r.check.passed()) ++failures;
+    const std::string err = r.backend == "reference" ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
+    std::printf("%-44s %-9s %9.4f %9.3f %5.1f%% %8.1f %5.1f%% %10s %s\n", r.spec.describe().c_str(),
+                r.backend.c_str(), r.median_ms, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
+                100 * gbs / kCopyCeilingGBs, err.c_str(), check.c_str());
+  }
+  if (on_cpu) std::printf("(CPU figures: %%peak and %%copy are against the H100 ceilings, for scale only)\n");
+  if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()));
+  return failures ? 1 : 0;
+}
+
+}  // namespace mlakit::cli

@@ -1,0 +1,66 @@
+// DeviceMemory for the CPU reference: plain host allocations and a steady clock.
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "device_memory.h"
+#include "mlakit/numeric.h"
+#include "random_fill.h"
+
+namespace mlakit::cli {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kFlushBytes = size_t(64) << 20;  // larger than any CPU's last-level cache here
+
+class CpuMemory final : public DeviceMemory {
+ public:
+  Device device() const override { return Device::cpu(); }
+  Stream stream() const override { return nullptr; }
+  void* alloc(size_t bytes) override { return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+  void release(void* p) override { std::free(p); }
+  Status upload(void* dst, const void* src, size_t bytes) override { return copy(dst, src, bytes); }
+  Status download(void* dst, const void* src, size_t bytes) override { return copy(dst, src, bytes); }
+  Status fill_bytes(void* dst, uint8_t value, size_t bytes) override {
+    std::memset(dst, value, bytes);
+    return {};
+  }
+  Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) override {
+    auto* out = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(uniform_pm1(seed, uint64_t(i)));
+    return {};
+  }
+  Status fill_random_cache(void* dst, int64_t rows, KvFormat format, int d_c, int d_r, uint64_t seed) override {
+    const int64_t row_bytes = kv_row_bytes(format, d_c, d_r);
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < row_bytes; ++j) out[r * row_bytes + j] = random_cache_byte(format, d_c, d_r, seed, r, j);
+    }
+    return {};
+  }
+  Status flush_cache() override {
+    flush_.assign(kFlushBytes, uint8_t(flush_.empty() ? 1 : flush_[0] + 1));
+    return {};
+  }
+  Status time_ms(const std::function<Status()>& body, double* ms) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = body();
+    *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
+
+ private:
+  static Status copy(void* dst, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return {};
+  }
+  std::vector<uint8_t> flush_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> make_cpu_memory() { return std::make_unique<CpuMemory>(); }
+
+}  // namespace mlakit::cli

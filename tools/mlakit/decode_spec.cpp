@@ -1,0 +1,108 @@
+#include "decode_spec.h"
+
+#include <algorithm>
+
+#include "mlakit/problems.h"
+
+namespace mlakit::cli {
+namespace {
+
+constexpr MlaDims kDims{};  // DeepSeek geometry: d_c = 512, d_r = 64
+
+DecodeSpec make(int64_t b, int64_t s_q, int64_t ctx, int64_t h_q, bool causal = false) {
+  DecodeSpec s;
+  s.batch = b;
+  s.s_q = s_q;
+  s.ctx = ctx;
+  s.h_q = h_q;
+  s.causal = causal;
+  return s;
+}
+
+}  // namespace
+
+std::string DecodeSpec::describe() const {
+  return "b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) + " L=" + std::to_string(ctx) +
+         " h_q=" + std::to_string(h_q) + " P=" + std::to_string(page_size) + " kv=" + kv_format_name(format) +
+         (causal ? " causal" : "");
+}
+
+double DecodeSpec::bytes_moved() const {
+  const double row = double(kv_row_bytes(format, kDims.d_c, kDims.d_r));
+  const double q_and_out = double(s_q * h_q) * (kDims.d_qk() + kDims.d_v()) * 2.0;
+  return double(batch) * (double(ctx) * row + q_and_out);
+}
+
+double DecodeSpec::flops() const {
+  return double(batch) * double(h_q) * double(s_q) * double(ctx) * 2.0 * (kDims.d_qk() + kDims.d_v());
+}
+
+DecodeSpec shrink_for_cpu(const DecodeSpec& spec) {
+  constexpr int64_t kCpuBatch = 2, kCpuCtx = 1024;  // ~2M multiply-adds per head: well under a second
+  DecodeSpec s = spec;
+  s.batch = std::min(spec.batch, kCpuBatch);
+  s.ctx = std::min(spec.ctx, kCpuCtx);
+  return s;
+}
+
+Status parse_kv_format(const std::string& name, KvFormat* out) {
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla}) {
+    if (name == kv_format_name(f)) {
+      *out = f;
+      return {};
+    }
+  }
+  return Status::invalid("--kv-format=" + name + ": must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla");
+}
+
+Status preset_specs(const std::string& preset, std::vector<DecodeSpec>* out) {
+  out->clear();
+  if (preset == "default") {
+    out->push_back(make(128, 1, 8192, 16));  // DeepSeek-V3 TP8 decode step
+  } else if (preset == "anchors") {           // ../shared/GPU.md, in its order
+    *out = {make(128, 1, 4096, 128),  make(128, 1, 16384, 128), make(128, 1, 32768, 128),
+            make(128, 2, 8192, 128, true), make(128, 1, 8192, 64), make(128, 1, 8192, 16),
+            make(128, 1, 32768, 16), make(4, 1, 131072, 128), make(1, 1, 131072, 16)};
+  } else {
+    return Status::invalid("--preset=" + preset + ": must be one of default, anchors");
+  }
+  return {};
+}
+
+const std::set<std::string>& decode_options() {
+  static const std::set<std::string> kOptions = {"batch", "ctx", "heads", "s-q", "page-size", "kv-format", "backend"};
+  return kOptions;
+}
+
+Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs) {
+  std::vector<KvFormat> formats;
+  const std::string fmt = args.get("kv-format", "");
+  if (fmt == "all") {
+    formats = {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla};
+  } else if (!fmt.empty()) {
+    KvFormat f;
+    MLAKIT_TRY(parse_kv_format(fmt, &f));
+    formats = {f};
+  }
+  std::vector<DecodeSpec> result;
+  for (DecodeSpec s : *specs) {
+    MLAKIT_TRY(args.get_int("batch", s.batch, &s.batch));
+    MLAKIT_TRY(args.get_int("ctx", s.ctx, &s.ctx));
+    MLAKIT_TRY(args.get_int("heads", s.h_q, &s.h_q));
+    MLAKIT_TRY(args.get_int("s-q", s.s_q, &s.s_q));
+    MLAKIT_TRY(args.get_int("page-size", s.page_size, &s.page_size));
+    if (args.has("causal")) s.causal = true;
+    if (formats.empty()) {
+      result.push_back(s);
+    } else {
+      for (KvFormat f : formats) {
+        s.format = f;
+        result.push_back(s);
+      }
+    }
+  }
+  *specs = std::move(result);
+  return {};
+}
+
+}  // namespace mlakit::cli

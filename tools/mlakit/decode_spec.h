@@ -1,0 +1,51 @@
+#pragma once
+// A decode workload as the CLI describes it (batch, context, heads, ...), its presets, and the byte and
+// FLOP models of ../shared/GPU.md used to turn a time into GB/s and TFLOP/s.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "mlakit/kv_format.h"
+
+namespace mlakit::cli {
+
+struct DecodeSpec {
+  int64_t batch = 128;
+  int64_t ctx = 8192;  // L for every request
+  int64_t h_q = 16;
+  int64_t s_q = 1;
+  int64_t page_size = 64;
+  KvFormat format = KvFormat::kBF16;
+  bool causal = false;
+  float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (SPEC.md section 7)
+
+  std::string describe() const;  // "b=128 s_q=1 L=8192 h_q=16 P=64 kv=bf16"
+  /// Bytes a decode must move at least: every cache row read once, q read and out written once.
+  double bytes_moved() const;
+  /// 2 * (d_qk + d_v) FLOPs per (query row, key) pair (GPU.md's model).
+  double flops() const;
+};
+
+/// Measured ceilings of the H100 (../shared/GPU.md, 2026-11-22).
+inline constexpr double kCopyCeilingGBs = 3005.0;
+inline constexpr double kGemmCeilingTFlops = 745.0;
+
+/// The CPU stand-in for a preset: same heads, s_q, P and format, at a size the reference finishes in
+/// seconds (b = 2, L = 1024).
+DecodeSpec shrink_for_cpu(const DecodeSpec& spec);
+
+/// "default" (DeepSeek-V3 TP8 step: b=128, L=8192, h_q=16), "anchors" (the nine shapes of GPU.md, in each
+/// KV format of --kv-format or all three of bf16/fp8_e4m3/fp8_ds_mla with --kv-format all).
+Status preset_specs(const std::string& preset, std::vector<DecodeSpec>* out);
+
+/// Applies --batch --ctx --heads --s-q --page-size --kv-format --causal to every spec.
+Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs);
+
+/// The decode options every subcommand that builds a decode problem accepts.
+const std::set<std::string>& decode_options();
+
+Status parse_kv_format(const std::string& name, KvFormat* out);
+
+}  // namespace mlakit::cli

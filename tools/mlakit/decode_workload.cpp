@@ -1,0 +1,143 @@
+#include "decode_workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "mlakit/numeric.h"
+#include "random_fill.h"
+
+namespace mlakit::cli {
+namespace {
+
+constexpr MlaDims kDims{};
+constexpr uint8_t kPoisonByte = 0xff;  // NaN in bf16, fp16 and float32: an unwritten output shows up
+
+}  // namespace
+
+Status DecodeWorkload::allocate(Buffer* buf, size_t bytes, const char* what) {
+  *buf = Buffer(mem_, bytes);
+  if (!buf->ok()) {
+    return Status::invalid(std::string(what) + " bytes=" + std::to_string(bytes) + ": allocation failed on " +
+                           device_name(mem_->device()));
+  }
+  return {};
+}
+
+Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_t seed,
+                              std::unique_ptr<DecodeWorkload>* out) {
+  std::unique_ptr<DecodeWorkload> w(new DecodeWorkload(spec, mem));
+  const int64_t b = spec.batch, s_q = spec.s_q, h_q = spec.h_q, p = spec.page_size;
+  w->pages_per_req_ = std::max<int64_t>(1, (spec.ctx + p - 1) / p);
+  const int64_t num_pages = b * w->pages_per_req_;
+  const int64_t row_bytes = kv_row_bytes(spec.format, kDims.d_c, kDims.d_r);
+  const int64_t q_elems = b * s_q * h_q * kDims.d_qk();
+  const int64_t out_elems = b * s_q * h_q * kDims.d_v();
+
+  MLAKIT_TRY(w->allocate(&w->q_, size_t(q_elems) * 2, "q"));
+  MLAKIT_TRY(w->allocate(&w->cache_, size_t(num_pages * p * row_bytes), "kv cache"));
+  MLAKIT_TRY(w->allocate(&w->block_table_, size_t(num_pages) * 4, "block_table"));
+  MLAKIT_TRY(w->allocate(&w->seq_lens_, size_t(b) * 4, "seq_lens"));
+  MLAKIT_TRY(w->allocate(&w->out_, size_t(out_elems) * 2, "out"));
+  MLAKIT_TRY(w->allocate(&w->lse_, size_t(b * s_q * h_q) * 4, "lse"));
+  MLAKIT_TRY(w->allocate(&w->kv_scale_, sizeof(float), "kv_scale"));
+
+  MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), q_elems, seed));
+  MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages * p, spec.format, kDims.d_c, kDims.d_r, seed + 1));
+  MLAKIT_TRY(mem->fill_bytes(w->out_.get(), kPoisonByte, w->out_.bytes()));
+  MLAKIT_TRY(mem->fill_bytes(w->lse_.get(), kPoisonByte, w->lse_.bytes()));
+
+  // Every request owns distinct pages, in shuffled order (as a long-running server's allocator leaves them).
+  w->block_table_host_.resize(size_t(num_pages));
+  std::iota(w->block_table_host_.begin(), w->block_table_host_.end(), 0);
+  std::shuffle(w->block_table_host_.begin(), w->block_table_host_.end(), std::mt19937_64(seed + 2));
+  MLAKIT_TRY(mem->upload(w->block_table_.get(), w->block_table_host_.data(), w->block_table_.bytes()));
+  const std::vector<int32_t> lens(size_t(b), int32_t(spec.ctx));
+  MLAKIT_TRY(mem->upload(w->seq_lens_.get(), lens.data(), w->seq_lens_.bytes()));
+  const float scale = kBenchKvScale;
+  MLAKIT_TRY(mem->upload(w->kv_scale_.get(), &scale, sizeof scale));
+
+  const Device dev = mem->device();
+  DecodeProblem& pr = w->problem_;
+  pr.q = TensorView::contiguous(w->q_.get(), DType::kBF16, {b, s_q, h_q, kDims.d_qk()}, dev);
+  pr.kv = KvCacheView::contiguous(w->cache_.get(), spec.format, num_pages, p, kDims, dev);
+  if (spec.format == KvFormat::kFP8E4M3) pr.kv.kv_scale = static_cast<const float*>(w->kv_scale_.get());
+  pr.block_table = TensorView::contiguous(w->block_table_.get(), DType::kInt32, {b, w->pages_per_req_}, dev);
+  pr.seq_lens = TensorView::contiguous(w->seq_lens_.get(), DType::kInt32, {b}, dev);
+  pr.out = TensorView::contiguous(w->out_.get(), DType::kBF16, {b, s_q, h_q, kDims.d_v()}, dev);
+  pr.lse = TensorView::contiguous(w->lse_.get(), DType::kFP32, {b, s_q, h_q}, dev);
+  pr.softmax_scale = spec.softmax_scale;
+  pr.causal = spec.causal;
+  *out = std::move(w);
+  return {};
+}
+
+Status DecodeWorkload::check_sample(const Backend& reference, SampleCheck* result) const {
+  const int64_t b = spec_.batch, s_q = spec_.s_q, h_q = spec_.h_q, p = spec_.page_size;
+  const int64_t row_bytes = kv_row_bytes(spec_.format, kDims.d_c, kDims.d_r);
+  const int64_t page_bytes = p * row_bytes, q_row = s_q * h_q * kDims.d_qk(), o_row = s_q * h_q * kDims.d_v();
+  std::vector<int64_t> sample = {0};
+  if (b > 1) sample.push_back(b - 1);
+  *result = SampleCheck{};
+  for (int64_t r : sample) {
+    // One request, copied to the host with its pages renumbered 0..n-1.
+    std::vector<uint8_t> pages(size_t(pages_per_req_ * page_bytes));
+    for (int64_t i = 0; i < pages_per_req_; ++i) {
+      const int64_t page = block_table_host_[size_t(r * pages_per_req_ + i)];
+      MLAKIT_TRY(mem_->download(pages.data() + i * page_bytes,
+                                static_cast<const uint8_t*>(cache_.get()) + page * page_bytes, size_t(page_bytes)));
+    }
+    std::vector<uint16_t> q(static_cast<size_t>(q_row)), out(static_cast<size_t>(o_row)), ref(static_cast<size_t>(o_row));
+    std::vector<float> lse(size_t(s_q * h_q)), ref_lse(size_t(s_q * h_q));
+    MLAKIT_TRY(mem_->download(q.data(), static_cast<const uint16_t*>(q_.get()) + r * q_row, q.size() * 2));
+    MLAKIT_TRY(mem_->download(out.data(), static_cast<const uint16_t*>(out_.get()) + r * o_row, out.size() * 2));
+    MLAKIT_TRY(mem_->download(lse.data(), static_cast<const float*>(lse_.get()) + r * s_q * h_q, lse.size() * 4));
+    std::vector<int32_t> table(static_cast<size_t>(pages_per_req_));
+    std::iota(table.begin(), table.end(), 0);
+    const int32_t len = int32_t(spec_.ctx);
+
+    DecodeProblem host;
+    host.q = TensorView::contiguous(q.data(), DType::kBF16, {1, s_q, h_q, kDims.d_qk()});
+    host.kv = KvCacheView::contiguous(pages.data(), spec_.format, pages_per_req_, p, kDims);
+    host.kv.kv_scale_value = kBenchKvScale;
+    host.block_table = TensorView::contiguous(table.data(), DType::kInt32, {1, pages_per_req_});
+    host.seq_lens = TensorView::contiguous(&len, DType::kInt32, {1});
+    host.out = TensorView::contiguous(ref.data(), DType::kBF16, {1, s_q, h_q, kDims.d_v()});
+    host.lse = TensorView::contiguous(ref_lse.data(), DType::kFP32, {1, s_q, h_q});
+    host.softmax_scale = spec_.softmax_scale;
+    host.causal = spec_.causal;
+    MLAKIT_TRY(reference.run(host, Workspace{}, nullptr));
+
+    // vmax of SPEC.md section 10: the largest |value| among the attended rows, read back through gather_kv.
+    std::vector<uint16_t> rows(size_t(len) * size_t(kDims.d_qk()));
+    const int32_t cu[2] = {0, len};
+    GatherKvProblem g;
+    g.cache = host.kv;
+    g.block_table = host.block_table;
+    g.seq_lens = host.seq_lens;
+    g.cu_out = TensorView::contiguous(cu, DType::kInt32, {2});
+    g.out = TensorView::contiguous(rows.data(), DType::kBF16, {len, kDims.d_qk()});
+    MLAKIT_TRY(reference.run(g, nullptr));
+    double vmax = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (int64_t(i) % kDims.d_qk() < kDims.d_v()) vmax = std::max(vmax, double(std::fabs(bf16_to_float(rows[i]))));
+    }
+
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double o = bf16_to_float(out[i]), e = bf16_to_float(ref[i]);
+      const double err = std::isfinite(o) ? std::fabs(o - e) : INFINITY;
+      const double tol = std::ldexp(vmax, -8) + std::ldexp(std::fabs(e), -6);
+      result->max_abs_err = std::max(result->max_abs_err, err);
+      result->worst_ratio = std::max(result->worst_ratio, err / tol);
+    }
+    for (size_t i = 0; i < lse.size(); ++i) {
+      const double tol = 1e-4 + 1e-4 * std::fabs(ref_lse[i]);
+      if (!(std::fabs(double(lse[i]) - ref_lse[i]) <= tol)) result->lse_ok = false;
+    }
+    ++result->requests;
+  }
+  return {};
+}
+
+}  // namespace mlakit::cli

@@ -1,0 +1,45 @@
+#pragma once
+// The buffers of one decode benchmark on a DeviceMemory (random q and cache, shuffled block table,
+// poisoned outputs) and a sampled check of the backend's output against the CPU reference.
+
+#include <memory>
+#include <vector>
+
+#include "decode_spec.h"
+#include "device_memory.h"
+#include "mlakit/backend.h"
+#include "mlakit/problems.h"
+
+namespace mlakit::cli {
+
+/// Result of comparing sampled requests with the reference (SPEC.md section 10, bf16 rule).
+struct SampleCheck {
+  int requests = 0;        // requests compared
+  double max_abs_err = 0;  // max |out - ref| over every compared element
+  double worst_ratio = 0;  // max |out - ref| / tolerance; <= 1 passes
+  bool lse_ok = true;
+  bool passed() const { return worst_ratio <= 1.0 && lse_ok; }
+};
+
+class DecodeWorkload {
+ public:
+  /// Allocates and fills everything on `mem`; fails with the byte count when memory runs out.
+  static Status create(const DecodeSpec& spec, DeviceMemory* mem, uint64_t seed, std::unique_ptr<DecodeWorkload>* out);
+
+  const DecodeProblem& problem() const { return problem_; }
+  /// Downloads the first and last request, recomputes them with `reference` and compares.
+  Status check_sample(const Backend& reference, SampleCheck* result) const;
+
+ private:
+  DecodeWorkload(const DecodeSpec& spec, DeviceMemory* mem) : spec_(spec), mem_(mem) {}
+  Status allocate(Buffer* buf, size_t bytes, const char* what);
+
+  DecodeSpec spec_;
+  DeviceMemory* mem_;
+  int64_t pages_per_req_ = 0;
+  Buffer q_, cache_, block_table_, seq_lens_, out_, lse_, kv_scale_;
+  std::vector<int32_t> block_table_host_;
+  DecodeProblem problem_;
+};
+
+}  // namespace mlakit::cli

@@ -1,0 +1,68 @@
+#pragma once
+// Where a benchmark's buffers live and how it is timed: host memory for the CPU reference, CUDA memory
+// and events for GPU backends. The CLI's workload code is written once against this interface.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "mlakit/kv_format.h"
+#include "mlakit/status.h"
+#include "mlakit/types.h"
+
+namespace mlakit::cli {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual Device device() const = 0;
+  virtual Stream stream() const = 0;
+  /// Null on failure (the caller reports how many bytes it asked for).
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual Status upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status download(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status fill_bytes(void* dst, uint8_t value, size_t bytes) = 0;
+  /// bf16 values uniform_pm1(seed, i) for i in [0, count).
+  virtual Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) = 0;
+  /// `rows` cache rows (contiguous, row_bytes apart) of random_cache_byte().
+  virtual Status fill_random_cache(void* dst, int64_t rows, KvFormat format, int d_c, int d_r, uint64_t seed) = 0;
+  /// Evicts the last-level cache so the next timed call reads from memory.
+  virtual Status flush_cache() = 0;
+  /// Runs `body` once and reports its duration (device events for CUDA, a steady clock for the CPU).
+  virtual Status time_ms(const std::function<Status()>& body, double* ms) = 0;
+};
+
+/// RAII allocation from a DeviceMemory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DeviceMemory* mem, size_t bytes) : mem_(mem), ptr_(mem->alloc(bytes)), bytes_(bytes) {}
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(mem_, o.mem_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~Buffer() {
+    if (mem_ && ptr_) mem_->release(ptr_);
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  bool ok() const { return ptr_ != nullptr || bytes_ == 0; }
+
+ private:
+  DeviceMemory* mem_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+std::unique_ptr<DeviceMemory> make_cpu_memory();
+/// CUDA memory on the current device, or a status saying why there is none (no GPU, or built without CUDA).
+Status make_cuda_memory(std::unique_ptr<DeviceMemory>* out);
+
+}  // namespace mlakit::cli

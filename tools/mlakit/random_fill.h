@@ -1,0 +1,62 @@
+#pragma once
+// Deterministic random contents for benchmark inputs, computed per element from (seed, index) so the
+// CPU and a CUDA fill kernel produce the same bytes without a shared generator state.
+// Values are uniform in [-1, 1], as in ../shared/GPU.md's measurements (never zeros: they can run faster).
+
+#include <cstdint>
+
+#include "mlakit/kv_format.h"
+#include "mlakit/numeric.h"
+
+namespace mlakit::cli {
+
+/// SplitMix64 finaliser: a good 64-bit mix of (seed, index).
+MLAKIT_HOST_DEVICE uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Uniform in [-1, 1).
+MLAKIT_HOST_DEVICE float uniform_pm1(uint64_t seed, uint64_t index) {
+  const uint64_t r = mix64(seed * 0x100000001b3ull + index);
+  return float(r >> 40) * (2.0f / 16777216.0f) - 1.0f;  // 24 random bits
+}
+
+/// Scale used for fp8_e4m3 benchmark caches: values in [-1, 1] use most of e4m3's range.
+inline constexpr float kBenchKvScale = 1.0f / 256.0f;
+/// Power-of-two group scale used for fp8_ds_mla benchmark caches (amax 1 -> 1/448 -> 2^-8).
+inline constexpr float kBenchDsMlaScale = 1.0f / 256.0f;
+
+/// Byte `byte_index` of a cache row whose logical values are uniform_pm1(seed, row * d_qk + i).
+MLAKIT_HOST_DEVICE uint8_t random_cache_byte(KvFormat format, int d_c, int d_r, uint64_t seed, int64_t row,
+                                             int64_t byte_index) {
+  const int64_t d_qk = d_c + d_r;
+  const uint64_t base = uint64_t(row) * uint64_t(d_qk);
+  switch (format) {
+    case KvFormat::kBF16:
+    case KvFormat::kFP16: {
+      const float v = uniform_pm1(seed, base + uint64_t(byte_index / 2));
+      const uint16_t bits = format == KvFormat::kBF16 ? float_to_bf16(v) : float_to_fp16(v);
+      return uint8_t(byte_index % 2 == 0 ? bits & 0xff : bits >> 8);  // little-endian
+    }
+    case KvFormat::kFP8E4M3:
+      return float_to_e4m3(uniform_pm1(seed, base + uint64_t(byte_index)) / kBenchKvScale);
+    case KvFormat::kFP8DsMla: {
+      if (byte_index < ds_mla::kScaleOffset) {
+        return float_to_e4m3(uniform_pm1(seed, base + uint64_t(byte_index)) / kBenchDsMlaScale);
+      }
+      if (byte_index < ds_mla::kRopeOffset) {
+        const uint32_t bits = float_bits(kBenchDsMlaScale);
+        return uint8_t(bits >> (8 * ((byte_index - ds_mla::kScaleOffset) % 4)));
+      }
+      const int64_t i = (byte_index - ds_mla::kRopeOffset) / 2;
+      const uint16_t bits = float_to_bf16(uniform_pm1(seed, base + uint64_t(ds_mla::kDimC + i)));
+      return uint8_t((byte_index - ds_mla::kRopeOffset) % 2 == 0 ? bits & 0xff : bits >> 8);
+    }
+  }
+  return 0;
+}
+
+}  // namespace mlakit::cli
