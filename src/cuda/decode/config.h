@@ -1,0 +1,96 @@
+#pragma once
+// Constants of the dense decode kernels (issue 3), shared by host and device code. Everything that ties
+// the tile shapes together is static_assert'ed here, so a change of one number cannot silently break
+// another.
+
+#include <cstdint>
+
+#include "mlakit/kv_format.h"
+
+namespace mlakit::cuda::decode {
+
+// ---- geometry: the only one these kernels implement (SPEC.md section 0, DeepSeek-V2/V3) ----
+inline constexpr int kDimC = kDefaultDimC;     // d_c = d_v = 512
+inline constexpr int kDimR = kDefaultDimR;     // d_r = 64
+inline constexpr int kDimQK = kDimC + kDimR;   // 576
+inline constexpr int kDimV = kDimC;            // 512
+
+// ---- tiles ----
+/// Query rows (h_q x s_q folded) per mma row group: the M of mma.m16n8k16.
+inline constexpr int kRowsPerGroup = 16;
+/// KV tokens per tile. 32 tokens x 1152 bytes = 36 KB of bf16 per stage; two warps split the 32 tokens
+/// for Q.K^T (16 each) and the 512 output columns for P.V (256 each).
+inline constexpr int kBlockN = 32;
+inline constexpr int kTokensPerWarp = kBlockN / 2;
+inline constexpr int kColsPerWarp = kDimV / 2;
+/// Elements per 16-byte vector of a 16-bit type.
+inline constexpr int kVec16 = 8;
+/// Padding of every shared-memory row of 16-bit values: 576 + 8 elements = 1168 bytes, which is 16 mod
+/// 128, so the 8 row addresses of one ldmatrix land in 8 distinct 16-byte bank groups.
+inline constexpr int kSmemRowElems = kDimQK + kVec16;
+inline constexpr int kSmemRowBytes = kSmemRowElems * 2;
+/// cp.async stages of raw KV bytes. Two: one tile in flight while the other is computed. A 64-row CTA
+/// does ~4.5 MFLOP per tile (~2000 clocks of mma.sync), longer than the ~1 us a load takes.
+inline constexpr int kStages = 2;
+/// Row groups (16 query rows each) a CTA may take: 1 (h_q x s_q <= 16), 2 (<= 32), 4 (more).
+inline constexpr int kMaxRowGroups = 4;
+inline constexpr int kMaxRowsPerCta = kMaxRowGroups * kRowsPerGroup;  // 64
+
+// ---- scheduling ----
+/// Per-request fixed cost, in KV tiles, that the plan adds to every request when it balances work:
+/// loading 64 query rows (74 KB) and writing the output cost about as much as two tiles.
+inline constexpr int kFixedCostTiles = 2;
+/// Threads of the single-CTA plan kernel.
+inline constexpr int kPlanThreads = 1024;
+/// Warps per CTA of the combine kernel (they share the splits of one row).
+inline constexpr int kCombineWarps = 8;
+
+static_assert(kDimQK == kDimV + kDimR, "V is the first d_c columns of K");
+static_assert(kDimQK % 16 == 0 && kDimV % 16 == 0, "mma k-steps of 16");
+static_assert(kSmemRowBytes % 128 == 16, "ldmatrix rows must fall in distinct 16-byte bank groups");
+static_assert(kBlockN == 2 * kTokensPerWarp && kTokensPerWarp == 16, "one k16 step of P per warp");
+static_assert(kColsPerWarp % 16 == 0, "P.V n-tiles come in pairs of 8 columns");
+
+/// KV layouts the kernels know: the 16-bit formats (which must match q's dtype), and the two fp8
+/// formats, dequantised in shared memory into q's dtype.
+enum class KvKind : int { k16Bit = 0, kE4M3 = 1, kDsMla = 2 };
+
+/// Bytes of one cache row of each kind.
+constexpr int kv_kind_row_bytes(KvKind k) {
+  return k == KvKind::k16Bit ? 2 * kDimQK : k == KvKind::kE4M3 ? kDimQK : int(ds_mla::kRowBytes);
+}
+/// Shared-memory stride of a raw (not yet dequantised) row: a multiple of 16 bytes, padded by 16 so
+/// that cp.async writes of consecutive rows do not pile onto one bank group.
+constexpr int raw_row_stride(KvKind k) {
+  return k == KvKind::k16Bit ? kSmemRowBytes : (kv_kind_row_bytes(k) + 15) / 16 * 16 + 16;
+}
+static_assert(raw_row_stride(KvKind::kE4M3) == 592 && raw_row_stride(KvKind::kDsMla) == 672);
+static_assert(ds_mla::kDimC == kDimC && ds_mla::kDimR == kDimR);
+
+/// Shared-memory layout of one decode CTA, in bytes.
+struct SmemLayout {
+  int q_off, tile_off, raw_off, xch_p_off, xch_m_off, total;
+};
+constexpr SmemLayout smem_layout(KvKind k, int row_groups) {
+  SmemLayout s{};
+  s.q_off = 0;
+  const int q_bytes = row_groups * kRowsPerGroup * kSmemRowBytes;
+  // 16-bit caches are used straight from the cp.async stages; fp8 ones are dequantised into one tile.
+  const int tile_bytes = k == KvKind::k16Bit ? 0 : kBlockN * kSmemRowBytes;
+  s.tile_off = q_bytes;
+  s.raw_off = s.tile_off + tile_bytes;
+  const int raw_bytes = kStages * kBlockN * raw_row_stride(k);
+  s.xch_p_off = s.raw_off + raw_bytes;
+  // P fragments exchanged between the two warps of a row group: 32 lanes x 16 bytes per warp.
+  const int xch_p_bytes = row_groups * 2 * 32 * 16;
+  s.xch_m_off = s.xch_p_off + xch_p_bytes;
+  // Row maxima and final row sums exchanged between the two warps: 16 floats per warp.
+  const int xch_m_bytes = row_groups * 2 * kRowsPerGroup * 4;
+  s.total = s.xch_m_off + xch_m_bytes;
+  return s;
+}
+// The largest layout (64 rows, ds_mla) must fit the 163 KB an sm_80 block may opt into.
+static_assert(smem_layout(KvKind::kDsMla, kMaxRowGroups).total <= 163 * 1024);
+static_assert(smem_layout(KvKind::k16Bit, kMaxRowGroups).total <= 163 * 1024);
+
+}  // namespace mlakit::cuda::decode

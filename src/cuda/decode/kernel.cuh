@@ -1,0 +1,380 @@
+#pragma once
+// Dense MLA decode on SM80+ tensor cores (issue 3, SPEC.md section 1). Device code only.
+//
+// One CTA = one row block (up to 64 query rows, h_q x s_q folded into M) x one partition of the
+// batch's KV work (plan.cu). A CTA walks the (request, tile range) pieces of its partition; for each it
+// streams 32-token KV tiles through shared memory with cp.async (kStages deep) and runs an online
+// softmax in fp32.
+//
+// Warps: 2 per row group of 16 rows. Warp (rg, half) computes S = Q K^T for its 16 rows and tokens
+// [16 half, 16 half + 16) of the tile over all 576 columns, the two warps exchange row maxima and their
+// bf16/fp16 P fragments through shared memory, and then each accumulates O for output columns
+// [256 half, 256 half + 256) over all 32 tokens: 16 x 256 fp32 = 128 registers per thread. K and V are
+// the same shared-memory tile (V = first 512 columns).
+//
+// fp8 caches are copied raw and dequantised in shared memory into q's dtype (exactly for fp8_e4m3,
+// whose per-cache scale folds into tau and the output; fp8_ds_mla multiplies each group scale in fp32
+// and rounds once).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/decode/config.h"
+#include "cuda/decode/params.h"
+#include "cuda/decode/plan.cuh"
+
+namespace mlakit::cuda::decode {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr int kWarpSize = 32;
+inline constexpr int kChunk = 16;  // bytes per cp.async / vector access
+
+template <KvKind kKind>
+struct RawRow {
+  static constexpr int kBytes = kv_kind_row_bytes(kKind);
+  static constexpr int kChunks = kBytes / kChunk;  // 72, 36 or 41 cp.async per row
+  static constexpr int kStride = raw_row_stride(kKind);
+  static_assert(kBytes % kChunk == 0, "rows are copied in 16-byte pieces");
+};
+
+/// Dequantises one raw fp8 tile (kBlockN rows) into the 16-bit compute tile.
+template <bool kBf16, KvKind kKind, int kThreads>
+__device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, int tid) {
+  constexpr int kOutChunks = kDimQK / kVec16;  // 72 vectors of 8 values per row
+  for (int c = tid; c < kBlockN * kOutChunks; c += kThreads) {
+    const int tok = c / kOutChunks;
+    const int ch = c % kOutChunks;
+    const uint8_t* row = raw + tok * RawRow<kKind>::kStride;
+    uint4 o;
+    uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
+    if constexpr (kKind == KvKind::kE4M3) {
+      const uint2 in = *reinterpret_cast<const uint2*>(row + ch * kVec16);
+      const uint32_t w[2] = {in.x, in.y};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
+        if constexpr (kBf16) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+          ov[k] = pack_float2<true>(f.x, f.y);  // exact: e4m3 values are bf16 values
+        } else {
+          ov[k] = h;
+        }
+      }
+    } else {  // kDsMla
+      constexpr int kLatentChunks = ds_mla::kDimC / kVec16;           // 64
+      constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;    // 16
+      if (ch < kLatentChunks) {
+        const uint2 in = *reinterpret_cast<const uint2*>(row + ds_mla::kQuantOffset + ch * kVec16);
+        const float s = *reinterpret_cast<const float*>(row + ds_mla::kScaleOffset +
+                                                        (ch / kChunksPerGroup) * int(sizeof(float)));
+        const uint32_t w[2] = {in.x, in.y};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+          ov[k] = pack_float2<kBf16>(f.x * s, f.y * s);
+        }
+      } else {
+        const uint4 in = *reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + (ch - kLatentChunks) * kChunk);
+        if constexpr (kBf16) {
+          o = in;
+        } else {
+          const uint32_t iv[4] = {in.x, in.y, in.z, in.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&iv[k]));
+            ov[k] = pack_float2<false>(f.x, f.y);
+          }
+        }
+      }
+    }
+    *reinterpret_cast<uint4*>(tile + tok * kSmemRowBytes + ch * kChunk) = o;
+  }
+}
+
+template <bool kBf16, KvKind kKind, int kRowGroups>
+__global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(const DecodeParams p) {
+  constexpr int kThreads = kRowGroups * 2 * kWarpSize;
+  constexpr int kRows = kRowGroups * kRowsPerGroup;
+  constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups);
+  constexpr int kQChunks = kDimQK / kVec16;  // 72 16-byte pieces per q row
+  constexpr int kKSteps = kDimQK / 16;       // 36 mma k-steps for Q K^T
+  constexpr int kNTilesO = kColsPerWarp / 8; // 32 n-tiles of 8 output columns
+  using RR = RawRow<kKind>;
+  constexpr int kLoadThreadsPerToken = kThreads / kBlockN;  // 2, 4 or 8
+  constexpr int kLoadIters = (RR::kChunks + kLoadThreadsPerToken - 1) / kLoadThreadsPerToken;
+  static_assert(kThreads % kBlockN == 0, "whole threads per KV row");
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const q_smem = smem + kSmem.q_off;
+  uint8_t* const raw_smem = smem + kSmem.raw_off;
+  uint4* const xch_p = reinterpret_cast<uint4*>(smem + kSmem.xch_p_off);
+  float* const xch_m = reinterpret_cast<float*>(smem + kSmem.xch_m_off);
+
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarpSize;
+  const int warp = tid / kWarpSize;
+  const int rg = warp % kRowGroups;
+  const int half = warp / kRowGroups;
+  const int gid = lane / 4;  // row inside an 8-row half of the mma tile
+  const int tig = lane % 4;  // thread in group: column pair
+  const int row_block = blockIdx.x;
+  const int part = blockIdx.y;
+  const int pair_barrier = 1 + rg;
+  const int load_token = tid / kLoadThreadsPerToken;  // the KV row of each tile this thread copies
+  const int load_sub = tid % kLoadThreadsPerToken;
+  constexpr int kPairThreads = 2 * kWarpSize;
+
+  pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
+
+  float kv_scale = 1.0f;
+  if constexpr (kKind == KvKind::kE4M3) kv_scale = p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
+  const float scale_log2 = p.softmax_scale * kv_scale * kLog2e;
+
+  const PartitionStart pstart = p.plan_partitions[part];
+  const PartitionStart pend = p.plan_partitions[part + 1];
+
+  const uint32_t q_base = smem_addr(q_smem);
+  const uint32_t raw_base = smem_addr(raw_smem);
+  const uint32_t tile_base = kKind == KvKind::k16Bit ? raw_base : smem_addr(smem + kSmem.tile_off);
+
+  for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
+    const int32_t len = load_seq_len(p.seq_lens, p.seq_lens_stride, r);
+    const int32_t tiles = request_tiles(len);
+    const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
+    const int32_t t_end = r == pend.req ? pend.tile : tiles;
+    const int32_t n_tiles = t_end - t_begin;
+    if (n_tiles <= 0) continue;
+    const int64_t kv_hi = min(int64_t(t_end) * kBlockN, int64_t(len));
+
+    // Visible-key limit of this thread's two rows (gid and gid + 8 of the warp's 16).
+    int64_t limit[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int m = row_block * kRows + rg * kRowsPerGroup + gid + 8 * k;
+      limit[k] = kv_hi;
+      if (p.causal && m < p.rows) {
+        const int i = m / p.h_q;
+        limit[k] = min(kv_hi, int64_t(len) - p.s_q + i + 1);
+      }
+    }
+
+    // ---- Q rows of this request into shared memory ----
+    const uint8_t* q_req = static_cast<const uint8_t*>(p.q) + int64_t(r) * p.q_stride_b * 2;
+    for (int c = tid; c < kRows * kQChunks; c += kThreads) {
+      const int row = c / kQChunks;
+      const int ch = c % kQChunks;
+      const int m = row_block * kRows + row;
+      const uint8_t* src = static_cast<const uint8_t*>(p.q);
+      int bytes = 0;
+      if (m < p.rows) {
+        const int i = m / p.h_q;
+        const int h = m % p.h_q;
+        src = q_req + (int64_t(i) * p.q_stride_s + int64_t(h) * p.q_stride_h + ch * kVec16) * 2;
+        bytes = kChunk;
+      }
+      cp_async_16(q_base + row * kSmemRowBytes + ch * kChunk, src, bytes);
+    }
+
+    // KV tiles: each thread owns one token row of the tile (kThreads / kBlockN threads per row), so it
+    // looks the page up once per tile and then issues its cp.async pieces back to back. The page id of
+    // the tile after next is loaded one iteration early, so the lookup latency hides behind the math.
+    const int32_t* bt_row = p.block_table + int64_t(r) * p.block_table_stride;
+    const int64_t page_mask = (int64_t(1) << p.page_shift) - 1;
+    auto page_of = [&](int32_t tile) -> int64_t {
+      const int64_t t = int64_t(tile) * kBlockN + load_token;
+      return t < kv_hi ? int64_t(bt_row[t >> p.page_shift]) : int64_t(-1);
+    };
+    auto load_tile = [&](int stage, int32_t tile, int64_t page) {
+      const int64_t t = int64_t(tile) * kBlockN + load_token;
+      const uint32_t dst = raw_base + (stage * kBlockN + load_token) * RR::kStride;
+      const bool valid = page >= 0;
+      const uint8_t* src = valid ? p.pages + page * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+#pragma unroll
+      for (int j = 0; j < kLoadIters; ++j) {
+        const int ch = load_sub + j * kLoadThreadsPerToken;
+        if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, valid ? src + ch * kChunk : p.pages, valid ? kChunk : 0);
+      }
+    };
+
+    int64_t page_next = page_of(t_begin);
+    load_tile(0, t_begin, page_next);
+    cp_async_commit();
+    page_next = n_tiles > 1 ? page_of(t_begin + 1) : -1;
+
+    float o[kNTilesO][4];
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < n_tiles; ++it) {
+      if (it + 1 < n_tiles) {
+        load_tile((it + 1) % kStages, t_begin + it + 1, page_next);
+        page_next = it + 2 < n_tiles ? page_of(t_begin + it + 2) : -1;
+      }
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+      __syncthreads();
+      if constexpr (kKind != KvKind::k16Bit) {
+        dequant_tile<kBf16, kKind, kThreads>(raw_smem + (it % kStages) * kBlockN * RR::kStride,
+                                              smem + kSmem.tile_off, tid);
+        __syncthreads();
+      }
+      const uint32_t k_base = kKind == KvKind::k16Bit ? raw_base + (it % kStages) * kBlockN * RR::kStride : tile_base;
+      const int64_t t0 = int64_t(t_begin + it) * kBlockN;
+
+      // ---- S = Q K^T: 16 rows x 16 tokens, two accumulator chains to halve the mma dependency ----
+      float acc[2][2][4];
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) acc[c][n][0] = acc[c][n][1] = acc[c][n][2] = acc[c][n][3] = 0.0f;
+      const uint32_t a_addr = q_base + (rg * kRowsPerGroup + lane % 16) * kSmemRowBytes + (lane / 16) * kChunk;
+      const uint32_t b_addr = k_base + (half * kTokensPerWarp + lane % 8 + (lane / 16) * 8) * kSmemRowBytes +
+                              ((lane / 8) % 2) * kChunk;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        uint32_t a[4], b[4];
+        ldmatrix_x4(a, a_addr + ks * 32);
+        ldmatrix_x4(b, b_addr + ks * 32);
+        mma_16816<kBf16>(acc[ks & 1][0], a, b[0], b[1]);
+        mma_16816<kBf16>(acc[ks & 1][1], a, b[2], b[3]);
+      }
+
+      // ---- online softmax (base 2) ----
+      float s[2][4];
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t tok = t0 + half * kTokensPerWarp + n * 8 + 2 * tig + (j & 1);
+          const float v = (acc[0][n][j] + acc[1][n][j]) * scale_log2;
+          s[n][j] = tok < limit[j / 2] ? v : -INFINITY;
+          mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
+        }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+      }
+      float* const my_m = xch_m + (rg * 2 + half) * kRowsPerGroup;
+      const float* const other_m = xch_m + (rg * 2 + (1 - half)) * kRowsPerGroup;
+      if (tig == 0) {
+        my_m[gid] = mx[0];
+        my_m[gid + 8] = mx[1];
+      }
+      named_barrier_sync(pair_barrier, kPairThreads);
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float m_new = fmaxf(m_run[k], fmaxf(mx[k], other_m[gid + 8 * k]));
+        m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at p = 0
+        alpha[k] = exp2f(m_run[k] - m_use[k]);
+        m_run[k] = m_new;
+      }
+      float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[n][j] = exp2f(s[n][j] - m_use[j / 2]);
+          psum[j / 2] += s[n][j];
+        }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) l_run[k] = l_run[k] * alpha[k] + psum[k];
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      // P as the A fragment of one k16 step (tokens of this warp's half): C layout of two n-tiles.
+      uint32_t pa[2][4];
+      uint32_t mine[4] = {pack_float2<kBf16>(s[0][0], s[0][1]), pack_float2<kBf16>(s[0][2], s[0][3]),
+                          pack_float2<kBf16>(s[1][0], s[1][1]), pack_float2<kBf16>(s[1][2], s[1][3])};
+      xch_p[(rg * 2 + half) * kWarpSize + lane] = make_uint4(mine[0], mine[1], mine[2], mine[3]);
+      named_barrier_sync(pair_barrier, kPairThreads);
+      const uint4 theirs = xch_p[(rg * 2 + (1 - half)) * kWarpSize + lane];
+      const uint32_t other[4] = {theirs.x, theirs.y, theirs.z, theirs.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        pa[0][k] = half == 0 ? mine[k] : other[k];
+        pa[1][k] = half == 0 ? other[k] : mine[k];
+      }
+
+      // ---- O += P V over the 32 tokens, this warp's 256 columns ----
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint32_t v_addr = k_base + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kSmemRowBytes +
+                                (half * kColsPerWarp + (lane / 16) * 8) * 2;
+#pragma unroll
+        for (int np = 0; np < kNTilesO / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_addr + np * 32);
+          mma_16816<kBf16>(o[2 * np], pa[kk], b[0], b[1]);
+          mma_16816<kBf16>(o[2 * np + 1], pa[kk], b[2], b[3]);
+        }
+      }
+      __syncthreads();  // the stage (and the dequantised tile) is overwritten next
+    }
+
+    // ---- epilogue: total row sums over both warps, then out (or a partial) and lse ----
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 1);
+      l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 2);
+    }
+    float* const my_l = xch_m + (rg * 2 + half) * kRowsPerGroup;
+    if (tig == 0) {
+      my_l[gid] = l_run[0];
+      my_l[gid + 8] = l_run[1];
+    }
+    named_barrier_sync(pair_barrier, kPairThreads);
+    const float* const other_l = xch_m + (rg * 2 + (1 - half)) * kRowsPerGroup;
+    float l_tot[2] = {l_run[0] + other_l[gid], l_run[1] + other_l[gid + 8]};
+
+    const RequestPlan rp = p.plan_requests[r];
+    const bool direct = rp.num_splits <= 1;
+    const int64_t slot = int64_t(rp.split_base) + (part - rp.first_partition);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int m = row_block * kRows + rg * kRowsPerGroup + gid + 8 * k;
+      if (m >= p.rows) continue;
+      const bool empty = !(l_tot[k] > 0.0f);
+      const float inv = empty ? 0.0f : kv_scale / l_tot[k];
+      const float lse = empty ? -INFINITY : (m_run[k] + log2f(l_tot[k])) * kLn2;
+      const int i = m / p.h_q;
+      const int h = m % p.h_q;
+      if (direct) {
+        uint8_t* orow = static_cast<uint8_t*>(p.out) +
+                        (int64_t(r) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+        for (int n = 0; n < kNTilesO; ++n) {
+          const int col = half * kColsPerWarp + n * 8 + 2 * tig;
+          *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<kBf16>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
+        }
+        if (p.lse != nullptr && half == 0 && tig == 0)
+          p.lse[int64_t(r) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
+      } else {
+        float* orow = p.part_out + (slot * p.rows + m) * kDimV;
+#pragma unroll
+        for (int n = 0; n < kNTilesO; ++n) {
+          const int col = half * kColsPerWarp + n * 8 + 2 * tig;
+          *reinterpret_cast<float2*>(orow + col) = make_float2(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
+        }
+        if (half == 0 && tig == 0) p.part_lse[slot * p.rows + m] = lse;
+      }
+    }
+    __syncthreads();  // xch_m and q_smem are reused by the next piece
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace mlakit::cuda::decode

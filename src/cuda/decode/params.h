@@ -1,0 +1,98 @@
+#pragma once
+// Plain parameter structs of the decode kernels and the layout of the caller's workspace. Host code
+// (decode.cpp) fills them; device code only reads them. Strides are in elements unless named *_bytes.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/decode/config.h"
+
+namespace mlakit::cuda::decode {
+
+/// Start of one partition of the batch's KV work: request `req`, KV tile `tile` of that request.
+/// Partition g covers [start[g], start[g + 1]) in (req, tile) order; start[G] = (b, 0).
+struct PartitionStart {
+  int32_t req;
+  int32_t tile;
+};
+
+/// What the plan tells the decode and combine kernels about one request.
+struct RequestPlan {
+  int32_t first_partition;  // partition holding tile 0 of the request
+  int32_t num_splits;       // partitions that share the request; 1 = written straight to out
+  int32_t split_base;       // first partial slot (only meaningful when num_splits > 1)
+  int32_t pad_;
+};
+
+/// Byte offsets inside the workspace. Sized from (b, rows per request, partitions), none of which
+/// depends on seq_lens, so the caller can allocate once for its largest batch.
+struct WorkspaceLayout {
+  size_t partitions_off;  // PartitionStart [G + 1]
+  size_t requests_off;    // RequestPlan [b]
+  size_t cost_off;        // int64 [b + 1]: prefix sums of the per-request cost (plan scratch)
+  size_t part_lse_off;    // float [max_slots, rows]: partial LSE (natural log)
+  size_t part_out_off;    // float [max_slots, rows, d_v]: partial outputs, normalised within their part
+  size_t total;
+  int64_t max_slots;      // 2 * G: each partition start inside a request adds one split, and a
+                          // request with n > 1 splits holds n - 1 such starts, so sum(n) <= 2 * G
+};
+
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline WorkspaceLayout workspace_layout(int64_t batch, int64_t rows, int64_t partitions) {
+  constexpr size_t kAlign = 256;
+  WorkspaceLayout w{};
+  w.max_slots = 2 * partitions;
+  size_t off = 0;
+  w.partitions_off = off;
+  off = align_up(off + size_t(partitions + 1) * sizeof(PartitionStart), kAlign);
+  w.requests_off = off;
+  off = align_up(off + size_t(batch) * sizeof(RequestPlan), kAlign);
+  w.cost_off = off;
+  off = align_up(off + size_t(batch + 1) * sizeof(int64_t), kAlign);
+  w.part_lse_off = off;
+  off = align_up(off + size_t(w.max_slots * rows) * sizeof(float), kAlign);
+  w.part_out_off = off;
+  off = align_up(off + size_t(w.max_slots * rows) * kDimV * sizeof(float), kAlign);
+  w.total = off;
+  return w;
+}
+
+struct PlanParams {
+  const int32_t* seq_lens;  // [b], stride seq_lens_stride
+  int64_t seq_lens_stride;
+  int32_t batch;
+  int32_t partitions;       // G
+  PartitionStart* partitions_out;  // [G + 1]
+  RequestPlan* requests_out;       // [b]
+  int64_t* cost_scratch;           // [b + 1]
+};
+
+struct DecodeParams {
+  const void* q;             // T [b, s_q, h_q, d_qk]
+  int64_t q_stride_b, q_stride_s, q_stride_h;
+  const uint8_t* pages;      // [num_pages, P, row_bytes]
+  int64_t page_stride_bytes, row_stride_bytes;
+  int32_t page_shift;        // log2(P)
+  const int32_t* block_table;  // [b, max_pages]
+  int64_t block_table_stride;
+  const int32_t* seq_lens;     // [b]
+  int64_t seq_lens_stride;
+  void* out;                 // T [b, s_q, h_q, d_v]
+  int64_t out_stride_b, out_stride_s, out_stride_h;
+  float* lse;                // float [b, s_q, h_q], may be null
+  int64_t lse_stride_b, lse_stride_s, lse_stride_h;
+  const float* kv_scale;     // fp8_e4m3: device scalar, may be null
+  float kv_scale_value;      // used when kv_scale is null
+  float softmax_scale;       // tau
+  int32_t batch, s_q, h_q;
+  int32_t rows;              // s_q * h_q: query rows per request, row m = (i = m / h_q, h = m % h_q)
+  bool causal;
+  int32_t partitions;        // G
+  const PartitionStart* plan_partitions;
+  const RequestPlan* plan_requests;
+  float* part_lse;           // [max_slots, rows]
+  float* part_out;           // [max_slots, rows, d_v]
+};
+
+}  // namespace mlakit::cuda::decode

@@ -1,0 +1,133 @@
+// The split-KV plan (issue 3, SPEC.md section 9): one CTA reads seq_lens on the device and cuts the
+// batch's KV work into G equal partitions, one per decode CTA column, writing the schedule into the
+// caller's workspace. No host synchronisation, so plan + run can be captured in a CUDA graph.
+//
+// Work model: request r costs request_tiles(L_r) + kFixedCostTiles units. The units of all requests are
+// laid end to end ([cost[r], cost[r + 1]) for request r); partition g starts at unit g * W with
+// W = max(ceil(C / G), kFixedCostTiles + 1). A start that falls in the fixed-cost units of request r
+// starts at tile 0 of r. Because W exceeds the fixed cost, two partitions never start at the same
+// (req, tile), so every partition is non-empty and the partitions sharing a request are consecutive:
+// the one holding tile 0 of r is g0 = (cost[r] + kFixedCostTiles) / W and the split index of
+// partition g in request r is g - g0.
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/check.h"
+#include "cuda/decode/launch.h"
+#include "cuda/decode/plan.cuh"
+
+namespace mlakit::cuda::decode {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kPlanWarps = kPlanThreads / kWarpSize;
+
+/// Exclusive prefix sum over the CTA; returns this thread's exclusive prefix and sets *total.
+__device__ int64_t block_exclusive_scan(int64_t v, int64_t* smem /* [kPlanWarps + 1] */, int64_t* total) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  int64_t inc = v;
+  for (int d = 1; d < kWarpSize; d *= 2) {
+    const int64_t o = __shfl_up_sync(0xffffffffu, inc, d);
+    if (lane >= d) inc += o;
+  }
+  if (lane == kWarpSize - 1) smem[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int64_t w = lane < kPlanWarps ? smem[lane] : 0;
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const int64_t o = __shfl_up_sync(0xffffffffu, w, d);
+      if (lane >= d) w += o;
+    }
+    if (lane < kPlanWarps) smem[lane] = w;  // inclusive prefix of warp totals
+    if (lane == kPlanWarps - 1) smem[kPlanWarps] = w;
+  }
+  __syncthreads();
+  const int64_t warp_base = warp > 0 ? smem[warp - 1] : 0;
+  *total = smem[kPlanWarps];
+  __syncthreads();  // smem is reused by the next scan
+  return warp_base + inc - v;
+}
+
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
+  __shared__ int64_t scan_smem[kPlanWarps + 1];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // seq_lens may come from the previous kernel
+#endif
+  const int64_t b = p.batch;
+  const int64_t per = (b + kPlanThreads - 1) / kPlanThreads;
+  const int64_t r0 = min(b, int64_t(threadIdx.x) * per);
+  const int64_t r1 = min(b, r0 + per);
+
+  // 1. cost prefix sums.
+  int64_t local = 0;
+  for (int64_t r = r0; r < r1; ++r)
+    local += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r)) + kFixedCostTiles;
+  int64_t total_cost = 0;
+  int64_t run = block_exclusive_scan(local, scan_smem, &total_cost);
+  for (int64_t r = r0; r < r1; ++r) {
+    p.cost_scratch[r] = run;
+    run += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r)) + kFixedCostTiles;
+  }
+  if (threadIdx.x == 0) p.cost_scratch[b] = total_cost;
+  __syncthreads();  // cost_scratch (global) is read by every thread below
+
+  const int64_t g_count = p.partitions;
+  const int64_t width = max((total_cost + g_count - 1) / g_count, int64_t(kFixedCostTiles + 1));
+
+  // 2. partition starts: binary search of the request holding unit g * W.
+  for (int64_t g = threadIdx.x; g <= g_count; g += kPlanThreads) {
+    const int64_t unit = g * width;
+    PartitionStart s{int32_t(b), 0};
+    if (g < g_count && unit < total_cost) {
+      int64_t lo = 0, hi = b - 1;  // largest r with cost[r] <= unit
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (p.cost_scratch[mid] <= unit) lo = mid; else hi = mid - 1;
+      }
+      const int64_t into = unit - p.cost_scratch[lo] - kFixedCostTiles;
+      s = PartitionStart{int32_t(lo), int32_t(into > 0 ? into : 0)};
+    }
+    p.partitions_out[g] = s;
+  }
+
+  // 3. per request: first partition, number of splits, first partial slot.
+  int64_t slots = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = p.cost_scratch[r];
+    const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
+    const int64_t g0 = (c + kFixedCostTiles) / width;
+    const int64_t last = (c + kFixedCostTiles + tiles - 1) / width;
+    const int64_t n = last - g0 + 1;
+    if (n > 1) slots += n;
+  }
+  int64_t unused_total = 0;
+  int64_t base = block_exclusive_scan(slots, scan_smem, &unused_total);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = p.cost_scratch[r];
+    const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
+    const int64_t g0 = (c + kFixedCostTiles) / width;
+    const int64_t last = (c + kFixedCostTiles + tiles - 1) / width;
+    const int64_t n = last - g0 + 1;
+    p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(n > 1 ? base : 0), 0};
+    if (n > 1) base += n;
+  }
+}
+
+}  // namespace
+
+Status launch_plan(const PlanParams& p, cudaStream_t stream, bool pdl) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(kPlanThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&cfg, plan_kernel, p));
+  return {};
+}
+
+}  // namespace mlakit::cuda::decode

@@ -1,0 +1,482 @@
+// The CUDA dense decode (issue 3) against the CPU reference (SPEC.md sections 1, 9 and 10): every
+// format x page size x head count x s_q, random lengths including 0 and L < s_q, NaN-poisoned unused
+// pages, poisoned outputs and workspace, plus batch 4096, long requests, a cache past 2^31 elements,
+// CUDA-graph replay and the golden FlashMLA cases.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/decode_case.h"
+#include "common/npy.h"
+#include "mlakit/registry.h"
+#include "reference/ops.h"
+
+namespace mlakit::test {
+namespace {
+
+constexpr uint8_t kPoison = 0xFF;
+constexpr int64_t kDimC = 512;
+constexpr int64_t kDimQK = 576;
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+/// Owning device allocation.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (cudaMalloc(&ptr, n > 0 ? n : 1) != cudaSuccess) ptr = nullptr;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+
+bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+const Backend& cuda_backend() {
+  static const Registry registry = make_default_registry();
+  const Backend* b = registry.get("cuda");
+  return *b;
+}
+
+/// The case's buffers on the device, outputs and workspace poisoned.
+struct DeviceCase {
+  DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale, ws;
+  DecodeProblem problem;
+
+  void upload(const DecodeCase& c, bool scale_on_device, size_t cache_capacity = 0) {
+    auto up = [](DeviceBuffer& d, const void* src, size_t n, size_t cap) {
+      if (d.ptr == nullptr) new (&d) DeviceBuffer(std::max(n, cap));
+      if (n > 0) cudaMemcpy(d.ptr, src, n, cudaMemcpyHostToDevice);
+    };
+    up(q, c.q.data(), c.q.size() * 2, 0);
+    up(cache, c.cache.data(), c.cache.size(), cache_capacity);
+    up(block_table, c.block_table.data(), c.block_table.size() * 4, 0);
+    up(seq_lens, c.seq_lens.data(), c.seq_lens.size() * 4, 0);
+    up(out, c.out.data(), c.out.size() * 2, 0);
+    if (!c.lse.empty()) up(lse, c.lse.data(), c.lse.size() * 4, 0);
+    up(scale, &c.config.kv_scale, sizeof(float), 0);
+    DecodeBuffers at;
+    at.q = q.ptr;
+    at.cache = cache.ptr;
+    at.block_table = block_table.ptr;
+    at.seq_lens = seq_lens.ptr;
+    at.out = out.ptr;
+    at.lse = lse.ptr;
+    at.kv_scale = scale_on_device ? static_cast<const float*>(scale.ptr) : nullptr;
+    problem = c.problem(at, Device::cuda(0));
+  }
+};
+
+/// Runs plan + run on the device, copies out/lse back and compares with the reference on the host.
+void run_and_check(DecodeCase& c, bool scale_on_device) {
+  SCOPED_TRACE("b=" + std::to_string(c.batch) + " s_q=" + std::to_string(c.config.s_q) +
+               " h_q=" + std::to_string(c.config.h_q) + " P=" + std::to_string(c.config.page_size) +
+               " format=" + kv_format_name(c.config.format) + " causal=" + std::to_string(c.config.causal) +
+               " seed=" + std::to_string(c.config.seed));
+  DeviceCase d;
+  d.upload(c, scale_on_device);
+  const Backend& be = cuda_backend();
+  const Status sup = be.supports(d.problem);
+  ASSERT_TRUE(sup.ok()) << sup.to_string();
+  const size_t ws_bytes = be.workspace_bytes(d.problem);
+  ASSERT_GT(ws_bytes, 0u);
+  new (&d.ws) DeviceBuffer(ws_bytes);
+  CUDA_OK(cudaMemset(d.ws.ptr, kPoison, ws_bytes));  // the caller need not zero it
+  const Workspace ws{d.ws.ptr, ws_bytes};
+  Status st = be.plan(d.problem, ws, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  st = be.run(d.problem, ws, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<uint16_t> out_dev(c.out.size());
+  std::vector<float> lse_dev(c.lse.size());
+  CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
+  if (!lse_dev.empty()) {
+    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
+  }
+
+  const Status ref = reference::decode(c.problem());
+  ASSERT_TRUE(ref.ok()) << ref.to_string();
+  const std::vector<float> out_ref = c.out_floats();
+  const std::vector<float> out_got = to_floats(out_dev, c.config.q_dtype);
+  const std::vector<float> vmax = c.row_vmax();
+  EXPECT_TRUE(check_out(out_got, out_ref, vmax, kDimC, c.config.q_dtype));
+  if (!lse_dev.empty()) {
+    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  }
+}
+
+/// Random lengths: empty slots, shorter than s_q, inside one tile, across pages and tiles.
+std::vector<int32_t> random_lengths(std::mt19937_64& rng, int n, int max_len) {
+  std::vector<int32_t> lens(n);
+  std::uniform_int_distribution<int32_t> dist(1, max_len);
+  for (int i = 0; i < n; ++i) lens[i] = dist(rng);
+  lens[0] = 0;
+  if (n > 2) lens[1] = 1;
+  std::shuffle(lens.begin(), lens.end(), rng);
+  return lens;
+}
+
+DType q_dtype_for(KvFormat f, uint64_t seed) {
+  if (f == KvFormat::kBF16) return DType::kBF16;
+  if (f == KvFormat::kFP16) return DType::kFP16;
+  return seed % 2 == 0 ? DType::kBF16 : DType::kFP16;  // fp8 caches take either q dtype
+}
+
+// ---- the matrix: format x page size x h_q, each over s_q in {1, 2, 4, 8} causal and not ----
+using MatrixParam = std::tuple<KvFormat, int64_t, int64_t>;
+
+class DecodeMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(DecodeMatrix, MatchesReference) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto [format, page_size, h_q] = GetParam();
+  uint64_t seed = 1000 + uint64_t(page_size) * 131 + uint64_t(h_q) * 7 + uint64_t(format) * 100003;
+  for (int64_t s_q : {1, 2, 4, 8}) {
+    for (bool causal : {false, true}) {
+      if (s_q == 1 && causal) continue;
+      std::mt19937_64 rng(seed);
+      DecodeCaseConfig cfg;
+      cfg.seq_lens = random_lengths(rng, 4, 700);
+      cfg.s_q = s_q;
+      cfg.h_q = h_q;
+      cfg.page_size = page_size;
+      cfg.format = format;
+      cfg.q_dtype = q_dtype_for(format, seed);
+      cfg.causal = causal;
+      cfg.seed = seed++;
+      DecodeCase c = DecodeCase::generate(cfg);
+      run_and_check(c, /*scale_on_device=*/seed % 2 == 0);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto [f, p, h] = info.param;
+  return std::string(kv_format_name(f)) + "_P" + std::to_string(p) + "_h" + std::to_string(h);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeMatrix,
+                         ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3,
+                                                              KvFormat::kFP8DsMla),
+                                            ::testing::Values(int64_t(1), int64_t(16), int64_t(32), int64_t(64),
+                                                              int64_t(128)),
+                                            ::testing::Values(int64_t(1), int64_t(3), int64_t(9), int64_t(16),
+                                                              int64_t(63), int64_t(64), int64_t(126), int64_t(128))),
+                         matrix_name);
+
+// ---- shapes at the edges ----
+TEST(DecodeEdges, Batch4096WithEmptySlots) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(7);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens.resize(4096);
+  std::uniform_int_distribution<int32_t> dist(0, 80);
+  for (auto& l : cfg.seq_lens) l = rng() % 4 == 0 ? 0 : dist(rng);
+  cfg.h_q = 16;
+  cfg.s_q = 2;
+  cfg.causal = true;
+  cfg.page_size = 16;
+  cfg.seed = 7;
+  DecodeCase c = DecodeCase::generate(cfg);
+  run_and_check(c, true);
+}
+
+TEST(DecodeEdges, AllEmpty) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {0, 0, 0};
+  cfg.h_q = 128;
+  cfg.seed = 8;
+  DecodeCase c = DecodeCase::generate(cfg);
+  run_and_check(c, true);
+}
+
+TEST(DecodeEdges, LongSingleRequest) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {131072};
+  cfg.h_q = 16;
+  cfg.seed = 9;
+  DecodeCase c = DecodeCase::generate(cfg);
+  run_and_check(c, true);
+}
+
+TEST(DecodeEdges, MillionTokens) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {1048576, 3};
+  cfg.h_q = 2;
+  cfg.page_size = 128;
+  cfg.extra_pages = 1;
+  cfg.seed = 10;
+  DecodeCase c = DecodeCase::generate(cfg);
+  run_and_check(c, true);
+}
+
+// A cache whose used pages sit past 2^31 elements (4 GiB of bf16): 64-bit address arithmetic.
+TEST(DecodeEdges, CachePast2To31Elements) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {300, 77};
+  cfg.h_q = 16;
+  cfg.page_size = 64;
+  cfg.seed = 11;
+  DecodeCase c = DecodeCase::generate(cfg);
+  const int64_t page_bytes = c.page_stride_bytes;
+  const int64_t offset_pages = ((int64_t(1) << 32) + page_bytes - 1) / page_bytes + 1;  // > 2^31 bf16 elements
+  const size_t total = size_t(offset_pages * page_bytes) + c.cache.size();
+  DeviceCase d;
+  d.upload(c, true);
+  DeviceBuffer big(total);
+  ASSERT_NE(big.ptr, nullptr) << "cannot allocate " << total << " bytes";
+  CUDA_OK(cudaMemset(big.ptr, kPoison, total));
+  CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(big.ptr) + offset_pages * page_bytes, c.cache.data(), c.cache.size(),
+                     cudaMemcpyHostToDevice));
+  std::vector<int32_t> table = c.block_table;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < (c.seq_lens[b] + cfg.page_size - 1) / cfg.page_size; ++j)
+      table[b * c.table_row_stride + j] += int32_t(offset_pages);
+  CUDA_OK(cudaMemcpy(d.block_table.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  DecodeProblem p = d.problem;
+  p.kv.pages.data = big.ptr;
+  p.kv.pages.shape[0] = offset_pages + c.num_pages;
+  const Backend& be = cuda_backend();
+  const size_t ws_bytes = be.workspace_bytes(p);
+  DeviceBuffer ws(ws_bytes);
+  ASSERT_TRUE(be.plan(p, {ws.ptr, ws_bytes}, nullptr).ok());
+  ASSERT_TRUE(be.run(p, {ws.ptr, ws_bytes}, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint16_t> out_dev(c.out.size());
+  std::vector<float> lse_dev(c.lse.size());
+  CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
+  ASSERT_TRUE(reference::decode(c.problem()).ok());
+  EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
+  EXPECT_TRUE(check_lse(lse_dev, c.lse));
+}
+
+// ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
+TEST(DecodeGraph, ReplayWithNewInputs) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  constexpr int kBatch = 8;
+  constexpr int32_t kMaxLen = 900;
+  constexpr int kReplays = 4;
+  auto make = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    DecodeCaseConfig cfg;
+    cfg.seq_lens = random_lengths(rng, kBatch, kMaxLen);
+    cfg.seq_lens[seed % kBatch] = kMaxLen;  // fixes the table width, so every replay has the same shapes
+    cfg.h_q = 32;
+    cfg.s_q = 2;
+    cfg.causal = true;
+    cfg.page_size = 32;
+    cfg.seed = seed;
+    return DecodeCase::generate(cfg);
+  };
+  DecodeCase first = make(100);
+  const int64_t max_pages = kBatch * ((kMaxLen + 31) / 32) + first.config.extra_pages;
+  DeviceCase d;
+  d.upload(first, true, size_t(max_pages * first.page_stride_bytes));
+  DecodeProblem p = d.problem;
+  p.kv.pages.shape[0] = max_pages;
+  const Backend& be = cuda_backend();
+  const size_t ws_bytes = be.workspace_bytes(p);
+  new (&d.ws) DeviceBuffer(ws_bytes);
+  const Workspace ws{d.ws.ptr, ws_bytes};
+
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status s1 = be.plan(p, ws, stream);
+  const Status s2 = be.run(p, ws, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(s1.ok()) << s1.to_string();
+  ASSERT_TRUE(s2.ok()) << s2.to_string();
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int rep = 0; rep < kReplays; ++rep) {
+    SCOPED_TRACE("replay " + std::to_string(rep));
+    DecodeCase c = make(200 + rep);
+    ASSERT_EQ(c.table_row_stride, first.table_row_stride);
+    ASSERT_LE(c.num_pages, max_pages);
+    CUDA_OK(cudaMemcpy(d.q.ptr, c.q.data(), c.q.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.cache.ptr, c.cache.data(), c.cache.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.block_table.ptr, c.block_table.data(), c.block_table.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.seq_lens.ptr, c.seq_lens.data(), c.seq_lens.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.out.ptr, c.out.data(), c.out.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.lse.ptr, c.lse.data(), c.lse.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> out_dev(c.out.size());
+    std::vector<float> lse_dev(c.lse.size());
+    CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_TRUE(reference::decode(c.problem()).ok());
+    EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
+    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---- refusals name the field, the value and the rule ----
+TEST(DecodeSupports, RefusesWhatItDoesNotImplement) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {5};
+  const Backend& be = cuda_backend();
+  {
+    cfg.page_size = 8;
+    DecodeCase c = DecodeCase::generate(cfg);
+    DeviceCase d;
+    d.upload(c, true);
+    const Status st = be.supports(d.problem);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_NE(st.message().find("page_size=8"), std::string::npos) << st.message();
+  }
+  {
+    cfg.page_size = 64;
+    cfg.dims = MlaDims{256, 32};
+    DecodeCase c = DecodeCase::generate(cfg);
+    DeviceCase d;
+    d.upload(c, true);
+    const Status st = be.supports(d.problem);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_NE(st.message().find("d_c=256"), std::string::npos) << st.message();
+  }
+  {
+    cfg.dims = MlaDims{};
+    cfg.format = KvFormat::kBF16;
+    cfg.q_dtype = DType::kFP16;
+    DecodeCase c = DecodeCase::generate(cfg);
+    DeviceCase d;
+    d.upload(c, true);
+    const Status st = be.supports(d.problem);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+    EXPECT_NE(st.message().find("q.dtype=fp16"), std::string::npos) << st.message();
+  }
+}
+
+// ---- golden FlashMLA dense cases ----
+bool manifest_causal(const std::string& manifest, const std::string& name) {
+  const size_t at = manifest.find("\"name\": \"" + name + "\"");
+  const size_t c = manifest.find("\"causal\":", at);
+  return manifest.compare(c, 14, "\"causal\": true") == 0;
+}
+
+TEST(DecodeGolden, FlashMlaDenseCases) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = std::string(MLAKIT_TESTDATA_DIR) + "/flashmla";
+  std::ifstream mf(dir + "/manifest.json");
+  if (!mf) GTEST_SKIP() << "no golden data at " << dir;
+  std::stringstream ss;
+  ss << mf.rdbuf();
+  const std::string manifest = ss.str();
+  int cases = 0;
+  for (const char* name : {"dense_b1_sq1_h64", "dense_b2_sq2_h128_causal", "dense_b3_sq1_h16",
+                           "dense_b4_sq4_h9_causal_empty"}) {
+    SCOPED_TRACE(name);
+    const std::string base = dir + "/" + name + "/";
+    NpyArray q, kv, bt, sl, out, lse;
+    std::string err;
+    ASSERT_TRUE(load_npy(base + "q.npy", &q, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "kv_cache.npy", &kv, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "block_table.npy", &bt, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "seq_lens.npy", &sl, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "out.npy", &out, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "lse.npy", &lse, &err)) << err;
+    const int64_t b = q.shape[0], s_q = q.shape[1], h_q = q.shape[2];
+    const int64_t num_pages = kv.shape[0], page = kv.shape[1];
+    const bool causal = manifest_causal(manifest, name);
+
+    DeviceBuffer dq(q.data.size()), dkv(kv.data.size()), dbt(bt.data.size()), dsl(sl.data.size());
+    DeviceBuffer dout(size_t(b * s_q * h_q * kDimC * 2)), dlse(size_t(b * s_q * h_q * 4));
+    CUDA_OK(cudaMemcpy(dq.ptr, q.data.data(), q.data.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dkv.ptr, kv.data.data(), kv.data.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dbt.ptr, bt.data.data(), bt.data.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dsl.ptr, sl.data.data(), sl.data.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dout.ptr, kPoison, dout.bytes));
+    CUDA_OK(cudaMemset(dlse.ptr, kPoison, dlse.bytes));
+
+    DecodeProblem p;
+    p.q = TensorView::contiguous(dq.ptr, DType::kBF16, {b, s_q, h_q, kDimQK}, Device::cuda(0));
+    p.kv = KvCacheView::contiguous(dkv.ptr, KvFormat::kBF16, num_pages, page, MlaDims{}, Device::cuda(0));
+    p.block_table = TensorView::contiguous(dbt.ptr, DType::kInt32, {b, bt.shape[1]}, Device::cuda(0));
+    p.seq_lens = TensorView::contiguous(dsl.ptr, DType::kInt32, {b}, Device::cuda(0));
+    p.out = TensorView::contiguous(dout.ptr, DType::kBF16, {b, s_q, h_q, kDimC}, Device::cuda(0));
+    p.lse = TensorView::contiguous(dlse.ptr, DType::kFP32, {b, s_q, h_q}, Device::cuda(0));
+    p.softmax_scale = kDeepSeekSoftmaxScale;
+    p.causal = causal;
+    const Backend& be = cuda_backend();
+    const size_t ws_bytes = be.workspace_bytes(p);
+    DeviceBuffer ws(ws_bytes);
+    Status st = be.plan(p, {ws.ptr, ws_bytes}, nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    st = be.run(p, {ws.ptr, ws_bytes}, nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(size_t(b * s_q * h_q * kDimC));
+    std::vector<float> got_lse(size_t(b * s_q * h_q));
+    CUDA_OK(cudaMemcpy(got.data(), dout.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got_lse.data(), dlse.ptr, got_lse.size() * 4, cudaMemcpyDeviceToHost));
+
+    // FlashMLA's conventions -> MLAKit's: lse [b, h_q, s_q] -> [b, s_q, h_q], +inf (empty) -> -inf.
+    const std::vector<uint16_t> kv_bits = kv.to_vector<uint16_t>();
+    const std::vector<int32_t> table = bt.to_vector<int32_t>();
+    const std::vector<int32_t> lens = sl.to_vector<int32_t>();
+    std::vector<float> ref_lse(got_lse.size()), vmax(got_lse.size());
+    for (int64_t bi = 0; bi < b; ++bi) {
+      float vm = 0.0f;
+      for (int64_t t = 0; t < lens[bi]; ++t) {
+        const int64_t pg = table[bi * bt.shape[1] + t / page];
+        const uint16_t* row = kv_bits.data() + (pg * page + t % page) * kDimQK;
+        for (int64_t cidx = 0; cidx < kDimC; ++cidx) {
+          uint32_t u = uint32_t(row[cidx]) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          vm = std::max(vm, std::fabs(f));
+        }
+      }
+      for (int64_t i = 0; i < s_q; ++i)
+        for (int64_t h = 0; h < h_q; ++h) {
+          const float l = lse.at<float>((bi * h_q + h) * s_q + i);
+          ref_lse[(bi * s_q + i) * h_q + h] = std::isinf(l) && l > 0 ? -INFINITY : l;
+          vmax[(bi * s_q + i) * h_q + h] = vm;
+        }
+    }
+    EXPECT_TRUE(check_out(to_floats(got, DType::kBF16), to_floats(out.to_vector<uint16_t>(), DType::kBF16), vmax,
+                          kDimC, DType::kBF16));
+    EXPECT_TRUE(check_lse(got_lse, ref_lse));
+    ++cases;
+  }
+  EXPECT_EQ(cases, 4);
+}
+
+}  // namespace
+}  // namespace mlakit::test
