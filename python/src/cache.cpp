@@ -1,0 +1,110 @@
+#include "cache.h"
+
+namespace mlakit::py {
+namespace {
+
+// FlashMLA's cache is [num_pages, page_size, h_kv, row] with h_kv = 1 (MLA has one latent KV head).
+constexpr int kFlashLayoutRank = 4;
+constexpr int kHeadDim = 2;
+constexpr int kCacheRank = 3;
+
+// Drops the unit KV-head dimension of a 4-D cache.
+void squeeze_head_dim(TensorView& v) {
+  if (v.ndim != kFlashLayoutRank) return;
+  if (v.shape[kHeadDim] != 1) {
+    throw_conversion("kv_cache", "4-D cache " + v.describe() +
+                                     ": dimension 2 (KV heads) must be 1; MLA caches hold one latent head");
+  }
+  v.shape[2] = v.shape[3];
+  v.stride[2] = v.stride[3];
+  v.shape[3] = 0;
+  v.stride[3] = 0;
+  v.ndim = kCacheRank;
+}
+
+// Reinterprets an element cache [num_pages, P, d] as the bytes [num_pages, P, d * itemsize] that the
+// C++ API takes. Strides scale by the item size; a non-unit last stride stays non-unit so that
+// validate() reports it.
+void view_as_bytes(TensorView& v) {
+  if (v.dtype == DType::kUInt8 || v.ndim != kCacheRank) return;
+  const int64_t itemsize = int64_t(dtype_size(v.dtype));
+  v.shape[2] *= itemsize;
+  v.stride[0] *= itemsize;
+  v.stride[1] *= itemsize;
+  if (v.stride[2] != 1) v.stride[2] *= itemsize;
+  v.dtype = DType::kUInt8;
+}
+
+KvFormat infer_format(DType element_dtype) {
+  switch (element_dtype) {
+    case DType::kBF16: return KvFormat::kBF16;
+    case DType::kFP16: return KvFormat::kFP16;
+    case DType::kFP8E4M3: return KvFormat::kFP8E4M3;
+    default:
+      throw_conversion("kv_cache", std::string("format is required for a ") + dtype_name(element_dtype) +
+                                       " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla)");
+  }
+}
+
+}  // namespace
+
+KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale)
+    : pages_obj_(nb::borrow(pages)) {
+  TensorView v = arrays_.view(pages, "kv_cache", Access::kWrite);
+  const DType element_dtype = v.dtype;
+  squeeze_head_dim(v);
+  view_as_bytes(v);
+  view_.pages = v;
+  view_.format = format.is_none() ? infer_format(element_dtype) : parse_kv_format(nb::cast<std::string>(format));
+  view_.dims = MlaDims{d_c, d_r};
+  if (kv_scale.is_none()) {
+    view_.kv_scale_value = 1.0f;
+  } else if (PyFloat_Check(kv_scale.ptr()) || PyLong_Check(kv_scale.ptr())) {
+    view_.kv_scale_value = nb::cast<float>(kv_scale);
+  } else {
+    const TensorView s = arrays_.view(kv_scale, "kv_scale", Access::kRead);
+    if (s.dtype != DType::kFP32 || s.numel() < 1) {
+      throw_conversion("kv_scale", s.describe() + ": must be a float or a float32 array of one element");
+    }
+    view_.kv_scale = s.ptr<const float>();
+  }
+}
+
+std::string KvCache::repr() const {
+  return "KvCache(format=" + std::string(kv_format_name(view_.format)) + ", pages=" + view_.pages.describe() +
+         ", d_c=" + std::to_string(view_.dims.d_c) + ", d_r=" + std::to_string(view_.dims.d_r) +
+         ", device=" + device_name(view_.pages.device) + ")";
+}
+
+KvCacheView cache_view(ArgHolder& holder, nb::handle obj) {
+  if (nb::isinstance<KvCache>(obj)) {
+    holder.keep(nb::borrow(obj));
+    holder.note_cuda_framework(nb::inst_ptr<KvCache>(obj)->arrays());
+    return nb::inst_ptr<KvCache>(obj)->view();
+  }
+  if (obj.is_none()) return {};  // validate() reports the missing cache
+  auto cache = std::make_shared<KvCache>(obj, nb::none(), kDefaultDimC, kDefaultDimR, nb::none());
+  holder.note_cuda_framework(cache->arrays());
+  holder.keep(cache);
+  return cache->view();
+}
+
+void bind_cache(nb::module_& m) {
+  nb::class_<KvCache>(m, "KvCache",
+                      "A paged latent KV cache over a caller's array (SPEC.md section 4). The array is kept "
+                      "alive by this object and never copied.")
+      .def(nb::init<nb::handle, nb::handle, int, int, nb::handle>(), nb::arg("pages"),
+           nb::arg("format") = nb::none(), nb::kw_only(), nb::arg("d_c") = kDefaultDimC,
+           nb::arg("d_r") = kDefaultDimR, nb::arg("kv_scale") = nb::none())
+      .def_prop_ro("format", [](const KvCache& c) { return kv_format_name(c.view().format); })
+      .def_prop_ro("num_pages", [](const KvCache& c) { return c.view().num_pages(); })
+      .def_prop_ro("page_size", [](const KvCache& c) { return c.view().page_size(); })
+      .def_prop_ro("row_bytes", [](const KvCache& c) { return c.view().row_bytes(); })
+      .def_prop_ro("d_c", [](const KvCache& c) { return c.view().dims.d_c; })
+      .def_prop_ro("d_r", [](const KvCache& c) { return c.view().dims.d_r; })
+      .def_prop_ro("device", [](const KvCache& c) { return device_name(c.view().pages.device); })
+      .def_prop_ro("pages", &KvCache::pages_object)
+      .def("__repr__", &KvCache::repr);
+}
+
+}  // namespace mlakit::py

@@ -1,0 +1,68 @@
+#pragma once
+// Backend choice and execution shared by the one-shot operations (ops.cpp) and DecodePlan: the
+// registry picks (or checks the named) backend, and the call runs with the GIL released.
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "convert.h"
+#include "workspace.h"
+
+namespace mlakit::py {
+
+/// The registry of every backend compiled into this module, built on first use.
+const Registry& registry();
+
+/// What `mlakit.select(...)` returns.
+struct SelectionInfo {
+  std::optional<std::string> backend;  ///< None when nothing can serve the call
+  std::string reason;                  ///< why nothing was chosen ("" when a backend was)
+  std::vector<std::pair<std::string, std::string>> passed_over;
+  std::string explanation;             ///< Selection::explain()
+};
+
+Preference preference_of(nb::handle backend);
+
+/// Selection for `p`; raises ValueError when the call itself is invalid (validate() failed or the
+/// named backend does not exist): only "which backend" questions are answered, not "is this valid".
+template <typename Problem>
+SelectionInfo describe_selection(const Problem& p, nb::handle backend) {
+  const Selection sel = registry().select(p, preference_of(backend));
+  if (sel.status.code() == StatusCode::kInvalidArgument) throw_if_failed(sel.status);
+  SelectionInfo info;
+  if (sel.backend != nullptr) info.backend = sel.backend->name();
+  if (!sel.status.ok()) info.reason = sel.status.message();
+  for (const Rejection& r : sel.passed_over) info.passed_over.emplace_back(r.backend, r.reason);
+  info.explanation = sel.explain();
+  return info;
+}
+
+/// The backend that will run `p`; raises with the C++ message when there is none. For automatic
+/// selection the message lists why each backend was passed over.
+template <typename Problem>
+const Backend& choose_backend(const Problem& p, nb::handle backend) {
+  const Selection sel = registry().select(p, preference_of(backend));
+  if (sel.backend != nullptr) return *sel.backend;
+  std::string message = sel.status.message();
+  if (sel.status.code() != StatusCode::kInvalidArgument) {
+    for (const Rejection& r : sel.passed_over) message += "; " + r.backend + ": " + r.reason;
+  }
+  throw StatusError{Status(sel.status.code(), message)};
+}
+
+/// Runs `p` on `b` (plan + run for decode, with a workspace sized for `p`). Releases the GIL.
+void execute(const Backend& b, const DecodeProblem& p, Stream s, nb::handle workspace);
+void execute(const Backend& b, const SparseDecodeProblem& p, Stream s, nb::handle workspace);
+template <typename Problem>
+void execute(const Backend& b, const Problem& p, Stream s, nb::handle /*workspace*/) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = b.run(p, s);
+  }
+  throw_if_failed(status);
+}
+
+}  // namespace mlakit::py

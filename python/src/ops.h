@@ -1,0 +1,13 @@
+#pragma once
+// The pieces of the mlakit._native module, one binder per file.
+
+#include "convert.h"
+
+namespace mlakit::py {
+
+void bind_ops(nb::module_& m);          // ops.cpp: decode ... gather_kv and their select_* twins
+void bind_decode_plan(nb::module_& m);  // decode_plan.cpp: DecodePlan
+void bind_registry(nb::module_& m);     // registry.cpp: backends(), Selection, BackendInfo
+void bind_helpers(nb::module_& m);      // helpers.cpp: YaRN tables and softmax scale, version
+
+}  // namespace mlakit::py

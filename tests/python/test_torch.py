@@ -1,0 +1,178 @@
+"""torch tensors through the native API and the mlakit.torch custom ops. Skipped when torch is not
+installed (CI does not install it); the CUDA tests run on a machine with a GPU and a CUDA backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import BF16, assert_close, assert_lse_close, bf16_tolerance, flashmla_cases, load_case, require_testdata
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
+
+import mlakit  # noqa: E402
+import mlakit.torch as mt  # noqa: E402
+import reference as ref  # noqa: E402
+from mlakit.compat.flashmla import flash_mla_with_kvcache, get_mla_metadata  # noqa: E402
+
+TAU = 0.13523378
+D_C, D_R, P = 512, 64, 64
+HAS_CUDA = torch.cuda.is_available()
+
+
+def decode_inputs(device, lengths=(70, 1, 130), s_q=1, h_q=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pages_per = [-(-n // P) for n in lengths]
+    num_pages = sum(pages_per) + 1
+    cache = torch.rand((num_pages, P, D_C + D_R), generator=g).mul_(2).sub_(1).to(torch.bfloat16)
+    order = torch.randperm(num_pages, generator=g)
+    block_table = torch.full((len(lengths), max(pages_per) + 1), -1, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(pages_per):
+        block_table[b, :n] = order[used : used + n]
+        used += n
+    q = torch.rand((len(lengths), s_q, h_q, D_C + D_R), generator=g).mul_(2).sub_(1).to(torch.bfloat16)
+    seq_lens = torch.tensor(lengths, dtype=torch.int32)
+    return [t.to(device) for t in (q, cache, block_table, seq_lens)]
+
+
+def numpy_ref(q, cache, block_table, seq_lens, causal=False):
+    as_np = lambda t: t.cpu().view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.cpu().numpy()
+    return ref.decode(as_np(q), as_np(cache), as_np(block_table), as_np(seq_lens), TAU, causal, D_C)
+
+
+def check_decode(out, lse, inputs, causal=False):
+    want_out, want_lse = numpy_ref(*inputs, causal=causal)
+    assert_close(out.float().cpu().numpy(), want_out, bf16_tolerance(want_out, 1.0), "out")
+    assert_lse_close(lse.cpu().numpy(), want_lse)
+
+
+def test_native_decode_with_cpu_torch_tensors():
+    q, cache, block_table, seq_lens = inputs = decode_inputs("cpu")
+    out = torch.full((q.shape[0], 1, q.shape[2], D_C), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full(q.shape[:3], float("nan"))
+    mlakit.decode(q, cache, block_table, seq_lens, out, lse, softmax_scale=TAU)
+    check_decode(out, lse, inputs)
+
+
+def test_requires_grad_is_refused_with_reason():
+    q, cache, block_table, seq_lens = decode_inputs("cpu")
+    out = torch.empty((q.shape[0], 1, q.shape[2], D_C), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="requires grad"):
+        mlakit.decode(q.float().requires_grad_().bfloat16(), cache, block_table, seq_lens, out, softmax_scale=TAU)
+
+
+def test_custom_ops_on_cpu_and_under_torch_compile():
+    inputs = decode_inputs("cpu")
+    out, lse = torch.ops.mlakit.decode(*inputs, TAU)
+    check_decode(out, lse, inputs)
+
+    def step(q, cache, block_table, seq_lens):
+        out, lse = mt.decode(q, cache, block_table, seq_lens, TAU)
+        return out.float() * 2, lse
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    c_out, c_lse = compiled(*inputs)
+    torch.testing.assert_close(c_out, out.float() * 2, rtol=0, atol=0)
+    torch.testing.assert_close(c_lse, lse, rtol=0, atol=0)
+
+
+def test_custom_op_fake_impls_pass_opcheck():
+    inputs = decode_inputs("cpu", lengths=(3, 9))
+    torch.library.opcheck(torch.ops.mlakit.decode.default, (*inputs, TAU))
+    x = torch.rand(4, 2, D_R)
+    cos_sin = torch.from_numpy(mlakit.yarn_cos_sin_table(16))
+    torch.library.opcheck(torch.ops.mlakit.rope.default, (x, torch.arange(4), cos_sin))
+
+
+def test_append_kv_and_rope_ops_in_place():
+    t = 5
+    kv_c = torch.rand(t, D_C).bfloat16()
+    k_pe = torch.rand(t, D_R).bfloat16()
+    cache = torch.full((2, 4, D_C + D_R), float("nan"), dtype=torch.bfloat16)
+    slots = torch.tensor([0, 1, -1, 6, 7])
+    cos_sin = torch.from_numpy(mlakit.yarn_cos_sin_table(32))
+    positions = torch.tensor([0, 1, 2, 3, 4])
+    mt.append_kv(kv_c, k_pe, slots, cache, positions=positions, cos_sin=cos_sin)
+    flat = cache.view(-1, D_C + D_R)
+    torch.testing.assert_close(flat[[0, 1, 6, 7], :D_C], kv_c[[0, 1, 3, 4]], rtol=0, atol=0)
+    x = k_pe.float()[:, None, :].clone()
+    mt.rope(x, positions, cos_sin)
+    torch.testing.assert_close(flat[[0, 1, 6, 7], D_C:].float(), x[[0, 1, 3, 4], 0], rtol=2**-7, atol=2**-8)
+
+
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+
+
+def cuda_decode_backend(inputs):
+    q, cache, block_table, seq_lens = inputs
+    out = torch.empty((q.shape[0], q.shape[1], q.shape[2], D_C), dtype=q.dtype, device=q.device)
+    s = mlakit.select("decode", q, cache, block_table, seq_lens, out, softmax_scale=TAU)
+    if not s:
+        pytest.skip("no CUDA backend serves decode in this build: " + "; ".join(f"{b}: {r}" for b, r in s.passed_over))
+    return s.backend
+
+
+@needs_cuda
+@pytest.mark.parametrize("causal,s_q", [(False, 1), (True, 2)])
+def test_cuda_decode_matches_spec(causal, s_q):
+    inputs = decode_inputs("cuda", s_q=s_q)
+    cuda_decode_backend(inputs)
+    out, lse = mt.decode(*inputs, TAU, causal)
+    torch.cuda.synchronize()
+    check_decode(out, lse, inputs, causal)
+
+
+@needs_cuda
+def test_cuda_graph_capture_replays_with_new_lengths():
+    inputs = decode_inputs("cuda", lengths=(70, 1, 130))
+    cuda_decode_backend(inputs)
+    q, cache, block_table, seq_lens = inputs
+    nbytes = mt.decode_workspace_bytes(q, cache, block_table, seq_lens, TAU)
+    workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
+
+    def step():
+        mt.decode_plan(workspace, q, cache, block_table, seq_lens, TAU)
+        return mt.decode_run(workspace, q, cache, block_table, seq_lens, TAU)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = step()
+    for lengths in ([70, 1, 130], [5, 64, 129], [0, 65, 2]):
+        seq_lens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_decode(out, lse, inputs)
+
+
+@needs_cuda
+@pytest.mark.parametrize("case,folder", flashmla_cases() or [pytest.param(None, None, id="no-testdata")])
+def test_compat_with_cuda_tensors(case, folder):
+    require_testdata()
+    d = {k: torch.from_numpy(v.view(np.int16) if v.dtype == BF16 else v).cuda() for k, v in load_case(folder).items()}
+    for k in ("q", "kv_cache", "kv_bf16", "out"):
+        if k in d:
+            d[k] = d[k].view(torch.bfloat16)
+    dense = case["op"] == "dense_decode"
+    probe_out = torch.empty((*d["q"].shape[:3], D_C), dtype=torch.bfloat16, device="cuda")
+    if dense:
+        s = mlakit.select("decode", d["q"], d["kv_cache"], d["block_table"], d["seq_lens"], probe_out, softmax_scale=TAU)
+    else:
+        s = mlakit.select("sparse_decode", d["q"], mlakit.KvCache(d["kv_cache"], "fp8_ds_mla"), d["indices"], probe_out,
+                          softmax_scale=TAU)
+    if not s:
+        pytest.skip(f"no CUDA backend serves {case['op']}: {s.passed_over}")
+    meta, splits = get_mla_metadata(d.get("seq_lens"), case["s_q"] * case["h_q"], 1)
+    if dense:
+        out, lse = flash_mla_with_kvcache(d["q"], d["kv_cache"], d["block_table"], d["seq_lens"], D_C, meta, splits,
+                                          softmax_scale=case["softmax_scale"], causal=case["causal"])
+    else:
+        out, lse = flash_mla_with_kvcache(d["q"], d["kv_cache"], None, None, D_C, meta, splits,
+                                          softmax_scale=case["softmax_scale"], is_fp8_kvcache=True, indices=d["indices"])
+    want = d["out"].float().cpu().numpy()
+    assert_close(out.float().cpu().numpy(), want, bf16_tolerance(want, 1.0), f"{case['name']} out")
+    assert_lse_close(lse.cpu().numpy(), d["lse"].cpu().numpy())
