@@ -35,6 +35,7 @@ struct Row {
   std::string backend;
   Status status;
   double median_ms = 0, min_ms = 0;
+  double plan_ms = 0;  // plan alone, median (it is also inside median_ms)
   SampleCheck check;
 };
 
@@ -44,7 +45,7 @@ double median(std::vector<double> v) {
 }
 
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters) {
-  Row row{spec, "-", {}, 0, 0, {}};
+  Row row{spec, "-", {}, 0, 0, 0, {}};
   std::unique_ptr<DecodeWorkload> w;
   row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
   if (!row.status.ok()) return row;
@@ -71,16 +72,20 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
     row.status = w->check_sample(*registry.get("reference"), &row.check);
     if (!row.status.ok()) return row;
   }
-  std::vector<double> times;
+  std::vector<double> times, plan_times;
+  const auto plan_only = [&]() { return be.plan(w->problem(), workspace, mem->stream()); };
   for (int64_t i = 0; i < iters; ++i) {
-    double ms = 0;
+    double ms = 0, plan_ms = 0;
     row.status = mem->flush_cache();
     if (row.status.ok()) row.status = mem->time_ms(step, &ms);
+    if (row.status.ok()) row.status = mem->time_ms(plan_only, &plan_ms);
     if (!row.status.ok()) return row;
     times.push_back(ms);
+    plan_times.push_back(plan_ms);
   }
   row.median_ms = median(times);
   row.min_ms = *std::min_element(times.begin(), times.end());
+  row.plan_ms = median(plan_times);
   return row;
 }
 
@@ -96,7 +101,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << ", \"h_q\": " << r.spec.h_q << ", \"page_size\": " << r.spec.page_size << ", \"kv_format\": \""
       << kv_format_name(r.spec.format) << "\", \"causal\": " << (r.spec.causal ? "true" : "false")
       << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
-      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms
+      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
+      << ", \"gpu_md_flashmla_ms\": " << r.spec.flashmla_ms << ", \"gpu_md_triton_ms\": " << r.spec.triton_ms
       << ", \"TFLOPs\": " << (s > 0 ? r.spec.flops() / s * 1e-12 : 0)
       << ", \"GBps\": " << (s > 0 ? r.spec.bytes_moved() / s * 1e-9 : 0)
       << ", \"sample_requests\": " << r.check.requests << ", \"max_abs_err\": " << r.check.max_abs_err
@@ -166,8 +172,8 @@ int cmd_bench(int argc, char** argv) {
 
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
               version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
-  std::printf("%-44s %-9s %9s %9s %6s %8s %6s %10s %s\n", "shape", "backend", "ms", "TFLOP/s", "%peak", "GB/s",
-              "%copy", "max err", "check");
+  std::printf("%-44s %-9s %9s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "plan us",
+              "TFLOP/s", "%peak", "GB/s", "%copy", "xFlash", "xTriton", "max err", "check");
   int failures = 0;
   for (const Row& r : rows) {
     if (!r.status.ok()) {
@@ -181,11 +187,16 @@ int cmd_bench(int argc, char** argv) {
                                                         : "OUTSIDE SPEC TOLERANCE";
     if (r.backend != "reference" && !r.check.passed()) ++failures;
     const std::string err = r.backend == "reference" ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
-    std::printf("%-44s %-9s %9.4f %9.3f %5.1f%% %8.1f %5.1f%% %10s %s\n", r.spec.describe().c_str(),
-                r.backend.c_str(), r.median_ms, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
-                100 * gbs / kCopyCeilingGBs, err.c_str(), check.c_str());
+    // Speed-up over GPU.md's H100 times of the same bf16 shape ("-" where GPU.md has none).
+    const auto ratio = [&](double theirs) { return theirs > 0 ? std::to_string(theirs / r.median_ms).substr(0, 4) : "-"; };
+    std::printf("%-44s %-9s %9.4f %8.1f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
+                r.backend.c_str(), r.median_ms, r.plan_ms * 1e3, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
+                100 * gbs / kCopyCeilingGBs, ratio(r.spec.flashmla_ms).c_str(), ratio(r.spec.triton_ms).c_str(),
+                err.c_str(), check.c_str());
   }
-  if (on_cpu) std::printf("(CPU figures: %%peak and %%copy are against the H100 ceilings, for scale only)\n");
+  std::printf("%%peak, %%copy: of the H100 ceilings (745 TFLOP/s, 3005 GB/s); xFlash, xTriton: GPU.md's H100 time of the\n"
+              "same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster than them)\n");
+  if (on_cpu) std::printf("(CPU run: the ceilings and comparisons are for scale only)\n");
   if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()));
   return failures ? 1 : 0;
 }

@@ -9,8 +9,11 @@ namespace {
 
 constexpr MlaDims kDims{};  // DeepSeek geometry: d_c = 512, d_r = 64
 
-DecodeSpec make(int64_t b, int64_t s_q, int64_t ctx, int64_t h_q, bool causal = false) {
+DecodeSpec make(int64_t b, int64_t s_q, int64_t ctx, int64_t h_q, double flashmla_ms, double triton_ms,
+                bool causal = false) {
   DecodeSpec s;
+  s.flashmla_ms = flashmla_ms;
+  s.triton_ms = triton_ms;
   s.batch = b;
   s.s_q = s_q;
   s.ctx = ctx;
@@ -42,6 +45,7 @@ DecodeSpec shrink_for_cpu(const DecodeSpec& spec) {
   DecodeSpec s = spec;
   s.batch = std::min(spec.batch, kCpuBatch);
   s.ctx = std::min(spec.ctx, kCpuCtx);
+  if (s.batch != spec.batch || s.ctx != spec.ctx) s.flashmla_ms = s.triton_ms = 0;  // no longer GPU.md's shape
   return s;
 }
 
@@ -58,11 +62,13 @@ Status parse_kv_format(const std::string& name, KvFormat* out) {
 Status preset_specs(const std::string& preset, std::vector<DecodeSpec>* out) {
   out->clear();
   if (preset == "default") {
-    out->push_back(make(128, 1, 8192, 16));  // DeepSeek-V3 TP8 decode step
-  } else if (preset == "anchors") {           // ../shared/GPU.md, in its order
-    *out = {make(128, 1, 4096, 128),  make(128, 1, 16384, 128), make(128, 1, 32768, 128),
-            make(128, 2, 8192, 128, true), make(128, 1, 8192, 64), make(128, 1, 8192, 16),
-            make(128, 1, 32768, 16), make(4, 1, 131072, 128), make(1, 1, 131072, 16)};
+    out->push_back(make(128, 1, 8192, 16, 0.479, 0.763));  // DeepSeek-V3 TP8 decode step
+  } else if (preset == "anchors") {  // ../shared/GPU.md, in its order, with its FlashMLA and Triton times
+    *out = {make(128, 1, 4096, 128, 0.282, 1.64),   make(128, 1, 16384, 128, 1.037, 6.65),
+            make(128, 1, 32768, 128, 1.968, 21.7),  make(128, 2, 8192, 128, 0.915, 0, true),
+            make(128, 1, 8192, 64, 0.484, 2.78),    make(128, 1, 8192, 16, 0.479, 0.763),
+            make(128, 1, 32768, 16, 1.682, 2.93),   make(4, 1, 131072, 128, 0.274, 2.64),
+            make(1, 1, 131072, 16, 0.122, 0.376)};
   } else {
     return Status::invalid("--preset=" + preset + ": must be one of default, anchors");
   }
@@ -92,12 +98,17 @@ Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs) {
     MLAKIT_TRY(args.get_int("s-q", s.s_q, &s.s_q));
     MLAKIT_TRY(args.get_int("page-size", s.page_size, &s.page_size));
     if (args.has("causal")) s.causal = true;
+    for (const char* shape_option : {"batch", "ctx", "heads", "s-q", "page-size", "causal"}) {
+      if (args.has(shape_option)) s.flashmla_ms = s.triton_ms = 0;  // GPU.md measured other shapes
+    }
     if (formats.empty()) {
       result.push_back(s);
     } else {
       for (KvFormat f : formats) {
-        s.format = f;
-        result.push_back(s);
+        DecodeSpec with_format = s;
+        with_format.format = f;
+        if (f != KvFormat::kBF16) with_format.flashmla_ms = with_format.triton_ms = 0;  // GPU.md is bf16 only
+        result.push_back(with_format);
       }
     }
   }

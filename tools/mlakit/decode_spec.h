@@ -20,6 +20,9 @@ struct DecodeSpec {
   KvFormat format = KvFormat::kBF16;
   bool causal = false;
   float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (SPEC.md section 7)
+  /// ../shared/GPU.md's H100 times for this exact shape in bf16 (0: not measured there, or not supported).
+  double flashmla_ms = 0;
+  double triton_ms = 0;  // SGLang's Triton decode, best case
 
   std::string describe() const;  // "b=128 s_q=1 L=8192 h_q=16 P=64 kv=bf16"
   /// Bytes a decode must move at least: every cache row read once, q read and out written once.

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One run on a GPU machine: configure (CUDA on), build with every core, run the gpu-labelled tests,
+# compute-sanitizer memcheck + racecheck on a subset, the decode benchmark (anchors preset, every format),
+# and a summary printed last. Logs and JSON go to the output folder.
+# Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
+# Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
+#   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
+#   GPU_CHECK_SKIP_SANITIZER=1.
+# Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) and .testdata/flashmla
+# (golden vectors) in the repository root: copy /usr/src/googletest and ../shared/testdata there and carry both.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT_DIR=${1:-${OUT:-$ROOT/gpu-check-out}}
+BUILD=${GPU_CHECK_BUILD:-$ROOT/build-gpu}
+ARCHS=${GPU_CHECK_ARCHS:-90a}
+mkdir -p "$OUT_DIR"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT_DIR/gpu.txt" 2>&1
+git -C "$ROOT" rev-parse --short HEAD > "$OUT_DIR/commit.txt" 2>/dev/null
+git -C "$ROOT" status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)" >> "$OUT_DIR/commit.txt"
+
+start=$(date +%s)
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS="$ARCHS" \
+  -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" -DMLAKIT_TESTDATA_DIR="$ROOT/.testdata" \
+  > "$OUT_DIR/configure.log" 2>&1 || { tail -30 "$OUT_DIR/configure.log"; note "configure FAILED"; }
+ninja -C "$BUILD" -j"$(nproc)" ${GPU_CHECK_TARGETS:-} > "$OUT_DIR/build.log" 2>&1
+build_rc=$?
+grep -E "error|warning: .*spill|lmem" "$OUT_DIR/build.log" | head -40
+note "build rc=$build_rc in $(elapsed $start)"
+[ $build_rc -eq 0 ] || { tail -60 "$OUT_DIR/build.log"; printf '%s\n' "${summary[@]}"; exit 1; }
+
+start=$(date +%s)
+(cd "$BUILD" && ctest -L gpu -j1 --output-on-failure --timeout 900 ${GPU_CHECK_CTEST_ARGS:-}) > "$OUT_DIR/ctest.log" 2>&1
+ctest_rc=$?
+grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT_DIR/ctest.log" | head -60
+note "ctest -L gpu rc=$ctest_rc: $(grep -E 'tests passed' "$OUT_DIR/ctest.log") in $(elapsed $start)"
+
+# compute-sanitizer on a subset of each GPU test program: one case per format and row-group count of
+# decode, the graph test, the all-empty batch, and every cache-operation test (they are small).
+declare -A SAN_FILTER=(
+  [gpu_test_decode]='Cuda/DecodeMatrix.MatchesReference/bf16_P64_h16:Cuda/DecodeMatrix.MatchesReference/fp8_ds_mla_P1_h9:Cuda/DecodeMatrix.MatchesReference/fp8_e4m3_P16_h63:Cuda/DecodeMatrix.MatchesReference/fp16_P32_h128:DecodeGraph.*:DecodeEdges.AllEmpty'
+)
+if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
+  for bin in "$BUILD"/tests/gpu_test_*; do
+    [ -x "$bin" ] || continue
+    name=$(basename "$bin")
+    for tool in memcheck racecheck; do
+      start=$(date +%s)
+      compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
+        > "$OUT_DIR/sanitizer_${name}_$tool.log" 2>&1
+      rc=$?
+      note "compute-sanitizer $tool $name rc=$rc ($(grep -cE '^\[       OK' "$OUT_DIR/sanitizer_${name}_$tool.log") tests ok, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/sanitizer_${name}_$tool.log" | tail -1)) in $(elapsed $start)"
+    done
+  done
+fi
+
+start=$(date +%s)
+"$BUILD/tools/mlakit/mlakit" bench ${GPU_CHECK_BENCH_ARGS:---preset anchors --kv-format all} --json "$OUT_DIR/bench.json" \
+  > "$OUT_DIR/bench.txt" 2> "$OUT_DIR/bench.err"
+note "mlakit bench rc=$? in $(elapsed $start)"
+
+echo
+echo "================ summary ================"
+echo "GPU: $(cat "$OUT_DIR/gpu.txt"); commit $(tr '\n' ' ' < "$OUT_DIR/commit.txt"); $(date -u +%F)"
+cat "$OUT_DIR/bench.txt"
+printf '%s\n' "${summary[@]}"
