@@ -1,0 +1,52 @@
+#pragma once
+// Host helpers of the cache operations: the "field=value: rule" checks of the *_supports functions
+// (alignment and vector-width rules that validate() does not know about), and the device guard.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mlakit/status.h"
+#include "mlakit/types.h"
+
+namespace mlakit::cuda::cache {
+
+/// "field=value: rule" as NotSupported: the call is valid, this backend's kernels do not handle it.
+Status unsupported(std::string_view field, std::string_view value, std::string_view rule);
+Status unsupported(std::string_view field, int64_t value, std::string_view rule);
+
+/// `ptr` is a multiple of `bytes`, else "field=0x...: must be <bytes>-byte aligned (why)".
+Status require_aligned(std::string_view field, const void* ptr, int64_t bytes, std::string_view why);
+/// `value` is a multiple of `multiple`, else "field=value: must be a multiple of <multiple> <unit> (why)".
+Status require_multiple(std::string_view field, int64_t value, int64_t multiple, std::string_view unit,
+                        std::string_view why);
+/// Data pointer aligned to `bytes` and every stride but the last a multiple of bytes / element size.
+Status require_vector_rows(const TensorView& t, std::string_view name, int64_t bytes, std::string_view why);
+
+/// log2 of a power of two.
+int log2_exact(int64_t power_of_two);
+
+/// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
+/// whatever device the calling thread last used); restores the previous device afterwards.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard();
+  Status set(Device device);
+
+ private:
+  int previous_ = -1;
+};
+
+inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
+
+/// ceil(units / units_per_block): the 1-D grid that covers `units` work items.
+inline int64_t blocks_for(int64_t units, int64_t units_per_block) {
+  return (units + units_per_block - 1) / units_per_block;
+}
+
+}  // namespace mlakit::cuda::cache
