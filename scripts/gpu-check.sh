@@ -5,7 +5,7 @@
 # Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
 # Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
-#   GPU_CHECK_SKIP_SANITIZER=1.
+#   GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) and .testdata/flashmla
 # (golden vectors) in the repository root: copy /usr/src/googletest and ../shared/testdata there and carry both.
 set -uo pipefail
@@ -22,9 +22,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 git -C "$ROOT" rev-parse --short HEAD > "$OUT_DIR/commit.txt" 2>/dev/null
 git -C "$ROOT" status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)" >> "$OUT_DIR/commit.txt"
 
+# The Python module is built in the same tree when this python3 has nanobind (the GPU machine's does), so its
+# CUDA/torch tests run against the same build without a second compile of the library.
+python_opts=()
+if [ "${GPU_CHECK_SKIP_PYTHON:-0}" != 1 ] && python3 -c "import nanobind" 2>/dev/null; then
+  python_opts=(-DMLAKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+fi
 start=$(date +%s)
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS="$ARCHS" \
-  -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" -DMLAKIT_TESTDATA_DIR="$ROOT/.testdata" \
+  -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" -DMLAKIT_TESTDATA_DIR="$ROOT/.testdata" "${python_opts[@]}" \
   > "$OUT_DIR/configure.log" 2>&1 || { tail -30 "$OUT_DIR/configure.log"; note "configure FAILED"; }
 ninja -C "$BUILD" -j"$(nproc)" ${GPU_CHECK_TARGETS:-} > "$OUT_DIR/build.log" 2>&1
 build_rc=$?
@@ -38,16 +44,28 @@ ctest_rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT_DIR/ctest.log" | head -60
 note "ctest -L gpu rc=$ctest_rc: $(grep -E 'tests passed' "$OUT_DIR/ctest.log") in $(elapsed $start)"
 
+if [ ${#python_opts[@]} -gt 0 ]; then  # pytest over the module just built (torch CUDA tensors, graph capture)
+  start=$(date +%s)
+  pkg=$(mktemp -d)
+  cp -r "$ROOT/python/mlakit" "$pkg/" && cp "$BUILD"/python/_native*.so "$pkg/mlakit/"
+  (cd "$ROOT" && PYTHONPATH="$pkg" MLAKIT_TESTDATA_DIR="$ROOT/.testdata" python3 -m pytest tests/python -ra -q) \
+    > "$OUT_DIR/pytest.log" 2>&1
+  note "pytest rc=$?: $(tail -1 "$OUT_DIR/pytest.log") in $(elapsed $start)"
+fi
+
 # compute-sanitizer on a subset of each GPU test program: one case per format and row-group count of
 # decode, the graph test, the all-empty batch, and every cache-operation test (they are small).
 declare -A SAN_FILTER=(
   [gpu_test_decode]='Cuda/DecodeMatrix.MatchesReference/bf16_P64_h16:Cuda/DecodeMatrix.MatchesReference/fp8_ds_mla_P1_h9:Cuda/DecodeMatrix.MatchesReference/fp8_e4m3_P16_h63:Cuda/DecodeMatrix.MatchesReference/fp16_P32_h128:DecodeGraph.*:DecodeEdges.AllEmpty'
 )
+# racecheck on the decode subset only: it is the kernel with shared-memory exchanges between warps.
 if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   for bin in "$BUILD"/tests/gpu_test_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
-    for tool in memcheck racecheck; do
+    tools="memcheck"
+    [ "$name" = gpu_test_decode ] && tools="memcheck racecheck"
+    for tool in $tools; do
       start=$(date +%s)
       compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
         > "$OUT_DIR/sanitizer_${name}_$tool.log" 2>&1
@@ -61,6 +79,14 @@ start=$(date +%s)
 "$BUILD/tools/mlakit/mlakit" bench ${GPU_CHECK_BENCH_ARGS:---preset anchors --kv-format all} --json "$OUT_DIR/bench.json" \
   > "$OUT_DIR/bench.txt" 2> "$OUT_DIR/bench.err"
 note "mlakit bench rc=$? in $(elapsed $start)"
+if [ "${GPU_CHECK_SKIP_CACHE_BENCH:-0}" != 1 ]; then
+  start=$(date +%s)
+  for mode in "append" "append --rope" "gather"; do
+    "$BUILD/tools/mlakit/mlakit" bench --mode $mode --kv-format all >> "$OUT_DIR/bench.txt" 2>> "$OUT_DIR/bench.err"
+    note "mlakit bench --mode $mode rc=$?"
+  done
+  note "cache benches in $(elapsed $start)"
+fi
 
 echo
 echo "================ summary ================"

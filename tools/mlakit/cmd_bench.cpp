@@ -9,6 +9,7 @@
 #include "args.h"
 #include "commands.h"
 #include "decode_spec.h"
+#include "cache_bench.h"
 #include "decode_workload.h"
 #include "mlakit/registry.h"
 
@@ -19,15 +20,22 @@ constexpr int64_t kGpuIters = 20;
 constexpr int64_t kCpuIters = 3;
 constexpr uint64_t kSeed = 20261122;
 
+constexpr int64_t kCpuAppendTokens = 4096;  // CPU stand-ins for the cache modes: seconds, not minutes
+constexpr int64_t kCpuGatherRows = 65536;
+
 constexpr const char* kHelp = R"(usage: mlakit bench [options]
-  --preset NAME      default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (GPU.md's nine shapes)
+  --mode M           decode (default) | append (append_kv) | gather (gather_kv)
+  --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (GPU.md's nine shapes)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
   --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
   --causal           causal masking for s_q > 1
   --backend NAME     a registered backend (default: automatic selection on the GPU, else the CPU reference)
   --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
-  --json FILE        also write every result as JSON
-Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply).
+  --json FILE        also write every result as JSON (decode mode)
+  --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
+  --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)
+Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply);
+append and gather at 4096 tokens and 65,536 rows.
 )";
 
 struct Row {
@@ -111,62 +119,23 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
   f << "  ]\n}\n";
 }
 
-}  // namespace
-
-int cmd_bench(int argc, char** argv) {
-  std::set<std::string> options = decode_options();
-  options.insert({"preset", "iters", "json"});
-  Args args;
-  if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal"}, &args); !s.ok() || args.has("help")) {
-    if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
-    std::fputs(kHelp, s.ok() ? stdout : stderr);
-    return s.ok() ? 0 : 2;
-  }
-  const Registry registry = make_default_registry();
-  const Preference pref{args.get("backend", "")};
-
-  // Where to run: the named backend's device, else the GPU when there is one, else the CPU reference.
-  std::unique_ptr<DeviceMemory> mem;
-  Status no_gpu;
-  const Backend* named = pref.backend.empty() ? nullptr : registry.get(pref.backend);
-  if (!pref.backend.empty() && named == nullptr) {
-    std::string known;
-    for (const Backend* b : registry.list()) known += (known.empty() ? "" : ", ") + b->name();
-    std::fprintf(stderr, "--backend=%s: must be one of %s\n", pref.backend.c_str(), known.c_str());
-    return 2;
-  }
-  if (!named || named->device_type() == DeviceType::kCUDA) no_gpu = make_cuda_memory(&mem);
-  const bool on_cpu = !mem;
-  if (on_cpu) {
-    if (named && named->device_type() == DeviceType::kCUDA) {
-      std::fprintf(stderr, "backend=%s: needs a GPU: %s\n", pref.backend.c_str(), no_gpu.message().c_str());
-      return 1;
-    }
-    mem = make_cpu_memory();
-  }
-
+/// The decode presets: time, rates, comparison with GPU.md, sampled check against the reference.
+int bench_decode(const Args& args, const Registry& registry, const Preference& pref, DeviceMemory* mem, bool on_cpu,
+                 int64_t iters) {
   std::vector<DecodeSpec> specs;
   Status s = preset_specs(args.get("preset", "default"), &specs);
   if (s.ok() && on_cpu) {
     for (DecodeSpec& spec : specs) spec = shrink_for_cpu(spec);
   }
   if (s.ok()) s = apply_overrides(args, &specs);
-  int64_t iters = 0;
-  if (s.ok()) s = args.get_int("iters", on_cpu ? kCpuIters : kGpuIters, &iters);
-  if (s.ok() && iters < 1) s = Status::invalid("--iters=" + std::to_string(iters) + ": must be >= 1");
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  if (on_cpu) {
-    std::printf("note: %s%s; running the CPU reference backend at reduced size (b<=2, L<=1024 unless given)\n",
-                named ? "backend=reference requested" : "no GPU: ", named ? "" : no_gpu.message().c_str());
-  }
-
   std::vector<Row> rows;
   for (size_t i = 0; i < specs.size(); ++i) {
     std::fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, specs.size(), specs[i].describe().c_str());
-    rows.push_back(run_one(specs[i], registry, pref, mem.get(), iters));
+    rows.push_back(run_one(specs[i], registry, pref, mem, iters));
     if (!rows.back().status.ok()) std::fprintf(stderr, "  failed: %s\n", rows.back().status.to_string().c_str());
   }
 
@@ -199,6 +168,106 @@ int cmd_bench(int argc, char** argv) {
   if (on_cpu) std::printf("(CPU run: the ceilings and comparisons are for scale only)\n");
   if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()));
   return failures ? 1 : 0;
+}
+
+/// append / gather: GB/s against the copy ceiling, every written byte compared with the reference's.
+int bench_cache(const Args& args, bool append, const Registry& registry, const Preference& pref, DeviceMemory* mem,
+                bool on_cpu, int64_t iters) {
+  CacheBenchSpec base;
+  base.append = append;
+  base.rope = args.has("rope");
+  Status s = args.get_int("tokens", on_cpu ? kCpuAppendTokens : base.tokens, &base.tokens);
+  if (s.ok()) s = args.get_int("rows", on_cpu ? kCpuGatherRows : base.rows, &base.rows);
+  if (s.ok()) s = args.get_int("requests", base.requests, &base.requests);
+  if (s.ok()) s = args.get_int("page-size", base.page_size, &base.page_size);
+  if (s.ok() && (base.tokens < 1 || base.requests < 1 || base.rows < base.requests)) {
+    s = Status::invalid("--tokens/--rows/--requests: need tokens >= 1 and rows >= requests >= 1");
+  }
+  std::vector<KvFormat> formats = {KvFormat::kBF16};
+  const std::string fmt = args.get("kv-format", "bf16");
+  if (s.ok() && fmt == "all") {
+    formats = {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla};
+  } else if (s.ok()) {
+    s = parse_kv_format(fmt, &formats[0]);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each)\n", version(),
+              device_name(mem->device()).c_str(), static_cast<long long>(iters));
+  std::printf("%-44s %-9s %9s %8s %6s %s\n", "operation", "backend", "ms", "GB/s", "%copy", "check against the reference");
+  int failures = 0;
+  for (KvFormat f : formats) {
+    CacheBenchSpec spec = base;
+    spec.format = f;
+    std::fprintf(stderr, "%s ...\n", spec.describe().c_str());
+    const CacheBenchResult r = run_cache_bench(spec, registry, pref, mem, iters);
+    if (!r.status.ok()) {
+      ++failures;
+      std::printf("%-44s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+      continue;
+    }
+    failures += r.mismatches != 0;
+    const double gbs = spec.bytes_moved() / (r.median_ms * 1e-3) * 1e-9;
+    const std::string check = r.mismatches == 0 ? "bit-exact (" + std::to_string(r.bytes_compared) + " bytes)"
+                                                : std::to_string(r.mismatches) + " BYTES DIFFER";
+    std::printf("%-44s %-9s %9.4f %8.1f %5.1f%% %s\n", spec.describe().c_str(), r.backend.c_str(), r.median_ms, gbs,
+                100 * gbs / kCopyCeilingGBs, check.c_str());
+  }
+  std::printf("bytes: each input read once, each output written once; %%copy: of the H100's 3005 GB/s\n");
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::set<std::string> options = decode_options();
+  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests"});
+  Args args;
+  if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
+    if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
+    std::fputs(kHelp, s.ok() ? stdout : stderr);
+    return s.ok() ? 0 : 2;
+  }
+  const std::string mode = args.get("mode", "decode");
+  if (mode != "decode" && mode != "append" && mode != "gather") {
+    std::fprintf(stderr, "--mode=%s: must be one of decode, append, gather\n", mode.c_str());
+    return 2;
+  }
+  const Registry registry = make_default_registry();
+  const Preference pref{args.get("backend", "")};
+
+  // Where to run: the named backend's device, else the GPU when there is one, else the CPU reference.
+  std::unique_ptr<DeviceMemory> mem;
+  Status no_gpu;
+  const Backend* named = pref.backend.empty() ? nullptr : registry.get(pref.backend);
+  if (!pref.backend.empty() && named == nullptr) {
+    std::string known;
+    for (const Backend* b : registry.list()) known += (known.empty() ? "" : ", ") + b->name();
+    std::fprintf(stderr, "--backend=%s: must be one of %s\n", pref.backend.c_str(), known.c_str());
+    return 2;
+  }
+  if (!named || named->device_type() == DeviceType::kCUDA) no_gpu = make_cuda_memory(&mem);
+  const bool on_cpu = !mem;
+  if (on_cpu) {
+    if (named && named->device_type() == DeviceType::kCUDA) {
+      std::fprintf(stderr, "backend=%s: needs a GPU: %s\n", pref.backend.c_str(), no_gpu.message().c_str());
+      return 1;
+    }
+    mem = make_cpu_memory();
+    std::printf("note: %s%s; running the CPU reference backend at reduced size\n",
+                named ? "backend=reference requested" : "no GPU: ", named ? "" : no_gpu.message().c_str());
+  }
+  int64_t iters = 0;
+  Status s = args.get_int("iters", on_cpu ? kCpuIters : kGpuIters, &iters);
+  if (s.ok() && iters < 1) s = Status::invalid("--iters=" + std::to_string(iters) + ": must be >= 1");
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  if (mode == "decode") return bench_decode(args, registry, pref, mem.get(), on_cpu, iters);
+  return bench_cache(args, mode == "append", registry, pref, mem.get(), on_cpu, iters);
 }
 
 }  // namespace mlakit::cli
