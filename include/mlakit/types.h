@@ -72,6 +72,9 @@ struct TensorView {
   /// A view with row-major contiguous strides.
   static TensorView contiguous(const void* data, DType dtype, std::initializer_list<int64_t> shape,
                                Device device = Device::cpu());
+  /// A view with the given strides (in elements), one per dimension of `shape`.
+  static TensorView strided(const void* data, DType dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> stride, Device device = Device::cpu());
 
   bool defined() const { return ndim > 0; }
   int64_t size(int i) const { return shape[i]; }

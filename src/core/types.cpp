@@ -51,6 +51,14 @@ TensorView TensorView::contiguous(const void* data, DType dtype, std::initialize
   return t;
 }
 
+TensorView TensorView::strided(const void* data, DType dtype, std::initializer_list<int64_t> shape,
+                               std::initializer_list<int64_t> stride, Device device) {
+  TensorView t = contiguous(data, dtype, shape, device);
+  int i = 0;
+  for (int64_t s : stride) t.stride[i++] = s;
+  return t;
+}
+
 int64_t TensorView::numel() const {
   int64_t n = ndim > 0 ? 1 : 0;
   for (int i = 0; i < ndim; ++i) n *= shape[i];

@@ -72,19 +72,6 @@ struct AppendConfig {
   }
 };
 
-TensorView view(const void* data, DType dtype, std::initializer_list<int64_t> shape,
-                std::initializer_list<int64_t> stride, Device device) {
-  TensorView t;
-  t.data = const_cast<void*>(data);
-  t.dtype = dtype;
-  t.ndim = int(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  i = 0;
-  for (int64_t s : stride) t.stride[i++] = s;
-  t.device = device;
-  return t;
-}
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -181,24 +168,24 @@ struct AppendCase {
   AppendKvProblem problem(const Buffers& b, Device dev) const {
     const int64_t T = cfg.tokens;
     AppendKvProblem p;
-    p.kv_c = view(b.kv_c, cfg.in_dtype, {T, cfg.dims.d_c}, {kv_c_stride, 1}, dev);
-    p.k_pe = view(b.k_pe, cfg.in_dtype, {T, cfg.dims.d_r}, {k_pe_stride, 1}, dev);
-    p.slot_mapping = view(b.slots, DType::kInt64, {T}, {1}, dev);
-    p.cache.pages = view(b.cache, DType::kUInt8, {num_pages, cfg.page_size, kv_row_bytes(cfg.format, cfg.dims.d_c, cfg.dims.d_r)},
+    p.kv_c = TensorView::strided(b.kv_c, cfg.in_dtype, {T, cfg.dims.d_c}, {kv_c_stride, 1}, dev);
+    p.k_pe = TensorView::strided(b.k_pe, cfg.in_dtype, {T, cfg.dims.d_r}, {k_pe_stride, 1}, dev);
+    p.slot_mapping = TensorView::strided(b.slots, DType::kInt64, {T}, {1}, dev);
+    p.cache.pages = TensorView::strided(b.cache, DType::kUInt8, {num_pages, cfg.page_size, kv_row_bytes(cfg.format, cfg.dims.d_c, cfg.dims.d_r)},
                          {page_stride, row_stride, 1}, dev);
     p.cache.format = cfg.format;
     p.cache.dims = cfg.dims;
     p.cache.kv_scale = b.kv_scale;
     p.cache.kv_scale_value = b.kv_scale ? -1.0f : kKvScale;  // a wrong value, so using it would show
     if (cfg.rope) {
-      p.positions = view(b.positions, DType::kInt64, {T}, {1}, dev);
-      p.cos_sin = view(b.cos_sin, DType::kFP32, {kMaxPos, cfg.dims.d_r}, {cfg.dims.d_r, 1}, dev);
+      p.positions = TensorView::strided(b.positions, DType::kInt64, {T}, {1}, dev);
+      p.cos_sin = TensorView::strided(b.cos_sin, DType::kFP32, {kMaxPos, cfg.dims.d_r}, {cfg.dims.d_r, 1}, dev);
       p.rope_style = cfg.style;
     }
     if (has_q()) {
-      p.q = view(b.q, cfg.q_dtype, {T, cfg.h_q, d_qk()}, {q_stride_t, q_stride_h, 1}, dev);
+      p.q = TensorView::strided(b.q, cfg.q_dtype, {T, cfg.h_q, d_qk()}, {q_stride_t, q_stride_h, 1}, dev);
       if (has_q_fp8()) {
-        p.q_fp8 = view(b.q_fp8, DType::kFP8E4M3, {T, cfg.h_q, d_qk()}, {q_stride_t, q_stride_h, 1}, dev);
+        p.q_fp8 = TensorView::strided(b.q_fp8, DType::kFP8E4M3, {T, cfg.h_q, d_qk()}, {q_stride_t, q_stride_h, 1}, dev);
         p.q_scale = b.q_scale;
         p.q_scale_value = b.q_scale ? -1.0f : kQScale;
       }
@@ -458,10 +445,10 @@ TEST(AppendFlashMla, DsMlaBytesEqualFlashMla) {
 
     const int64_t d_qk = ds_mla::kDimC + ds_mla::kDimR;
     AppendKvProblem p;
-    p.kv_c = view(rows_dev.get(), DType::kBF16, {rows, ds_mla::kDimC}, {d_qk, 1}, Device::cuda());
-    p.k_pe = view(rows_dev.as<uint16_t>() + ds_mla::kDimC, DType::kBF16, {rows, ds_mla::kDimR}, {d_qk, 1},
+    p.kv_c = TensorView::strided(rows_dev.get(), DType::kBF16, {rows, ds_mla::kDimC}, {d_qk, 1}, Device::cuda());
+    p.k_pe = TensorView::strided(rows_dev.as<uint16_t>() + ds_mla::kDimC, DType::kBF16, {rows, ds_mla::kDimR}, {d_qk, 1},
                   Device::cuda());
-    p.slot_mapping = view(slots_dev.get(), DType::kInt64, {rows}, {1}, Device::cuda());
+    p.slot_mapping = TensorView::strided(slots_dev.get(), DType::kInt64, {rows}, {1}, Device::cuda());
     p.cache = KvCacheView::contiguous(cache_dev.get(), KvFormat::kFP8DsMla, num_pages, P, MlaDims{}, Device::cuda());
     const Status st = cuda->run(p, nullptr);
     ASSERT_TRUE(st.ok()) << st.to_string();

@@ -30,19 +30,6 @@ constexpr int64_t kExtraOutRows = 5;
 constexpr int32_t kUnusedPage = -1;
 constexpr int32_t kTablePadding = INT32_MIN;
 
-TensorView view(const void* data, DType dtype, std::initializer_list<int64_t> shape,
-                std::initializer_list<int64_t> stride, Device device) {
-  TensorView t;
-  t.data = const_cast<void*>(data);
-  t.dtype = dtype;
-  t.ndim = int(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  i = 0;
-  for (int64_t s : stride) t.stride[i++] = s;
-  t.device = device;
-  return t;
-}
 
 /// Random bytes of one row in `format`, avoiding nothing for 16-bit formats (NaN and inf included) and
 /// giving fp8_ds_mla rows finite scales of any magnitude (not only powers of two: readers accept any).
@@ -133,15 +120,15 @@ struct GatherCase {
   GatherKvProblem problem(const void* cache_p, const void* table, const void* lens, const void* cu, void* out_p,
                           const float* kv_scale, Device dev) const {
     GatherKvProblem p;
-    p.cache.pages = view(cache_p, DType::kUInt8, {num_pages, cfg.page_size, row_bytes}, {page_stride, row_stride, 1}, dev);
+    p.cache.pages = TensorView::strided(cache_p, DType::kUInt8, {num_pages, cfg.page_size, row_bytes}, {page_stride, row_stride, 1}, dev);
     p.cache.format = cfg.format;
     p.cache.dims = dims;
     p.cache.kv_scale = kv_scale;
     p.cache.kv_scale_value = kv_scale ? -1.0f : kKvScale;
-    p.block_table = view(table, DType::kInt32, {batch, table_cols}, {table_stride, 1}, dev);
-    p.seq_lens = view(lens, DType::kInt32, {batch}, {1}, dev);
-    p.cu_out = view(cu, DType::kInt32, {batch + 1}, {1}, dev);
-    p.out = view(out_p, DType::kBF16, {total_rows, dims.d_qk()}, {out_stride, 1}, dev);
+    p.block_table = TensorView::strided(table, DType::kInt32, {batch, table_cols}, {table_stride, 1}, dev);
+    p.seq_lens = TensorView::strided(lens, DType::kInt32, {batch}, {1}, dev);
+    p.cu_out = TensorView::strided(cu, DType::kInt32, {batch + 1}, {1}, dev);
+    p.out = TensorView::strided(out_p, DType::kBF16, {total_rows, dims.d_qk()}, {out_stride, 1}, dev);
     return p;
   }
 };

@@ -27,19 +27,6 @@ constexpr double kEmptyPartFraction = 0.2;
 constexpr double kEmptyRowFraction = 0.1;
 constexpr float kLseLo = -5.0f, kLseHi = 20.0f;
 
-TensorView view(const void* data, DType dtype, std::initializer_list<int64_t> shape,
-                std::initializer_list<int64_t> stride, Device device) {
-  TensorView t;
-  t.data = const_cast<void*>(data);
-  t.dtype = dtype;
-  t.ndim = int(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  i = 0;
-  for (int64_t s : stride) t.stride[i++] = s;
-  t.device = device;
-  return t;
-}
 
 /// Relative size of one unit in the last place (the bound between two correctly rounded neighbours).
 double ulp_rel(DType t) {
@@ -146,11 +133,11 @@ TEST_P(MergeGrid, MatchesReference) {
   std::vector<float> ref_lse_parts = s.lse;
   const auto make = [&](void* parts, void* parts_lse, void* out, void* lse, Device dev) {
     MergeProblem p;
-    p.parts_out = view(parts, in_dtype, {n, rows, d}, {rows * s.row_stride, s.row_stride, 1}, dev);
-    p.parts_lse = view(parts_lse, DType::kFP32, {n, rows}, {rows, 1}, dev);
-    p.out = in_place ? view(parts, out_dtype, {rows, d}, {s.row_stride, 1}, dev)
-                     : view(out, out_dtype, {rows, d}, {out_stride, 1}, dev);
-    p.lse = in_place ? view(parts_lse, DType::kFP32, {rows}, {1}, dev) : view(lse, DType::kFP32, {rows}, {1}, dev);
+    p.parts_out = TensorView::strided(parts, in_dtype, {n, rows, d}, {rows * s.row_stride, s.row_stride, 1}, dev);
+    p.parts_lse = TensorView::strided(parts_lse, DType::kFP32, {n, rows}, {rows, 1}, dev);
+    p.out = in_place ? TensorView::strided(parts, out_dtype, {rows, d}, {s.row_stride, 1}, dev)
+                     : TensorView::strided(out, out_dtype, {rows, d}, {out_stride, 1}, dev);
+    p.lse = in_place ? TensorView::strided(parts_lse, DType::kFP32, {rows}, {1}, dev) : TensorView::strided(lse, DType::kFP32, {rows}, {1}, dev);
     return p;
   };
   const Status rs = reference_backend()->run(
@@ -215,14 +202,14 @@ TEST_P(MergePairGrid, MatchesReference) {
 
   const auto make = [&](void* oa, void* la, void* ob, void* lb, void* out, void* lse, Device dev) {
     MergePairProblem p;
-    p.out_a = view(oa, in_dtype, {rows, d}, {a.row_stride, 1}, dev);
-    p.lse_a = view(la, DType::kFP32, {rows}, {1}, dev);
-    p.out_b = view(ob, in_dtype, {rows, d}, {b.row_stride, 1}, dev);
-    p.lse_b = view(lb, DType::kFP32, {rows}, {1}, dev);
+    p.out_a = TensorView::strided(oa, in_dtype, {rows, d}, {a.row_stride, 1}, dev);
+    p.lse_a = TensorView::strided(la, DType::kFP32, {rows}, {1}, dev);
+    p.out_b = TensorView::strided(ob, in_dtype, {rows, d}, {b.row_stride, 1}, dev);
+    p.lse_b = TensorView::strided(lb, DType::kFP32, {rows}, {1}, dev);
     void* o = alias == 1 ? oa : alias == 2 ? ob : out;
     void* l = alias == 1 ? la : alias == 2 ? lb : lse;
-    p.out = view(o, out_dtype, {rows, d}, {out_stride, 1}, dev);
-    if (with_lse) p.lse = view(l, DType::kFP32, {rows}, {1}, dev);
+    p.out = TensorView::strided(o, out_dtype, {rows, d}, {out_stride, 1}, dev);
+    if (with_lse) p.lse = TensorView::strided(l, DType::kFP32, {rows}, {1}, dev);
     return p;
   };
   // Reference on host copies.
@@ -279,9 +266,9 @@ TEST(MergeSupports, RejectsWhatTheKernelDoesNotHandle) {
   CACHE_TEST_REQUIRE_CUDA(cuda);
   DeviceBuffer parts(4 * 8 * 64 * 4), plse(4 * 8 * 4), out(8 * 64 * 4);
   MergeProblem p;
-  p.parts_out = view(parts.get(), DType::kFP32, {4, 8, 62}, {8 * 64, 64, 1}, Device::cuda());
-  p.parts_lse = view(plse.get(), DType::kFP32, {4, 8}, {8, 1}, Device::cuda());
-  p.out = view(out.get(), DType::kFP32, {8, 62}, {64, 1}, Device::cuda());
+  p.parts_out = TensorView::strided(parts.get(), DType::kFP32, {4, 8, 62}, {8 * 64, 64, 1}, Device::cuda());
+  p.parts_lse = TensorView::strided(plse.get(), DType::kFP32, {4, 8}, {8, 1}, Device::cuda());
+  p.out = TensorView::strided(out.get(), DType::kFP32, {8, 62}, {64, 1}, Device::cuda());
   ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
   Status s = cuda->supports(p);
   EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();

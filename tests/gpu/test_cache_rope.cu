@@ -20,19 +20,6 @@ namespace {
 constexpr uint64_t kSeed = 0x20be;
 constexpr int64_t kMaxPos = 4096;
 
-TensorView view(const void* data, DType dtype, std::initializer_list<int64_t> shape,
-                std::initializer_list<int64_t> stride, Device device) {
-  TensorView t;
-  t.data = const_cast<void*>(data);
-  t.dtype = dtype;
-  t.ndim = int(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  i = 0;
-  for (int64_t s : stride) t.stride[i++] = s;
-  t.device = device;
-  return t;
-}
 
 using RopeParam = std::tuple<DType, RopeStyle, std::pair<int64_t, int64_t>, int64_t>;  // dtype, style, (T, H), d_r
 class RopeGrid : public ::testing::TestWithParam<RopeParam> {};
@@ -54,9 +41,9 @@ TEST_P(RopeGrid, BitsEqualReference) {
 
   std::vector<uint8_t> ref = x;
   RopeProblem hp;
-  hp.x = view(ref.data(), dtype, {T, H, d_r}, {stride_t, stride_h, 1}, Device::cpu());
-  hp.positions = view(pos.data(), DType::kInt64, {T}, {1}, Device::cpu());
-  hp.cos_sin = view(table.data(), DType::kFP32, {kMaxPos, d_r}, {d_r, 1}, Device::cpu());
+  hp.x = TensorView::strided(ref.data(), dtype, {T, H, d_r}, {stride_t, stride_h, 1}, Device::cpu());
+  hp.positions = TensorView::strided(pos.data(), DType::kInt64, {T}, {1}, Device::cpu());
+  hp.cos_sin = TensorView::strided(table.data(), DType::kFP32, {kMaxPos, d_r}, {d_r, 1}, Device::cpu());
   hp.style = style;
   ASSERT_TRUE(reference_backend()->run(hp, nullptr).ok());
 
@@ -65,9 +52,9 @@ TEST_P(RopeGrid, BitsEqualReference) {
   DeviceBuffer::upload(&pd_, pos);
   DeviceBuffer::upload(&td, table);
   RopeProblem dp = hp;
-  dp.x = view(xd.get(), dtype, {T, H, d_r}, {stride_t, stride_h, 1}, Device::cuda());
-  dp.positions = view(pd_.get(), DType::kInt64, {T}, {1}, Device::cuda());
-  dp.cos_sin = view(td.get(), DType::kFP32, {kMaxPos, d_r}, {d_r, 1}, Device::cuda());
+  dp.x = TensorView::strided(xd.get(), dtype, {T, H, d_r}, {stride_t, stride_h, 1}, Device::cuda());
+  dp.positions = TensorView::strided(pd_.get(), DType::kInt64, {T}, {1}, Device::cuda());
+  dp.cos_sin = TensorView::strided(td.get(), DType::kFP32, {kMaxPos, d_r}, {d_r, 1}, Device::cuda());
   ASSERT_TRUE(cuda->supports(dp).ok());
   ASSERT_TRUE(cuda->run(dp, nullptr).ok());
   CACHE_TEST_CUDA(cudaDeviceSynchronize());
