@@ -5,7 +5,8 @@
 # Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
 # Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
-#   GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1.
+#   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
+#   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1. Each stage reuses the build of the last call.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) and .testdata/flashmla
 # (golden vectors) in the repository root: copy /usr/src/googletest and ../shared/testdata there and carry both.
 set -uo pipefail
@@ -38,13 +39,16 @@ grep -E "error|warning: .*spill|lmem" "$OUT_DIR/build.log" | head -40
 note "build rc=$build_rc in $(elapsed $start)"
 [ $build_rc -eq 0 ] || { tail -60 "$OUT_DIR/build.log"; printf '%s\n' "${summary[@]}"; exit 1; }
 
+if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ]; then
 start=$(date +%s)
-(cd "$BUILD" && ctest -L gpu -j1 --output-on-failure --timeout 900 ${GPU_CHECK_CTEST_ARGS:-}) > "$OUT_DIR/ctest.log" 2>&1
+(cd "$BUILD" && ctest -L gpu -j3 --output-on-failure --timeout 900 ${GPU_CHECK_CTEST_ARGS:-}) > "$OUT_DIR/ctest.log" 2>&1
 ctest_rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT_DIR/ctest.log" | head -60
 note "ctest -L gpu rc=$ctest_rc: $(grep -E 'tests passed' "$OUT_DIR/ctest.log") in $(elapsed $start)"
 
-if [ ${#python_opts[@]} -gt 0 ]; then  # pytest over the module just built (torch CUDA tensors, graph capture)
+fi
+
+if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  # pytest over the module just built (torch CUDA tensors, graph capture)
   start=$(date +%s)
   pkg=$(mktemp -d)
   cp -r "$ROOT/python/mlakit" "$pkg/" && cp "$BUILD"/python/_native*.so "$pkg/mlakit/"
@@ -75,6 +79,7 @@ if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /
   done
 fi
 
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
 start=$(date +%s)
 "$BUILD/tools/mlakit/mlakit" bench ${GPU_CHECK_BENCH_ARGS:---preset anchors --kv-format all} --json "$OUT_DIR/bench.json" \
   > "$OUT_DIR/bench.txt" 2> "$OUT_DIR/bench.err"
@@ -87,9 +92,10 @@ if [ "${GPU_CHECK_SKIP_CACHE_BENCH:-0}" != 1 ]; then
   done
   note "cache benches in $(elapsed $start)"
 fi
+fi
 
 echo
 echo "================ summary ================"
 echo "GPU: $(cat "$OUT_DIR/gpu.txt"); commit $(tr '\n' ' ' < "$OUT_DIR/commit.txt"); $(date -u +%F)"
-cat "$OUT_DIR/bench.txt"
+[ -f "$OUT_DIR/bench.txt" ] && cat "$OUT_DIR/bench.txt"
 printf '%s\n' "${summary[@]}"

@@ -18,11 +18,16 @@ inline constexpr int kDimV = kDimC;            // 512
 // ---- tiles ----
 /// Query rows (h_q x s_q folded) per mma row group: the M of mma.m16n8k16.
 inline constexpr int kRowsPerGroup = 16;
-/// KV tokens per tile. 32 tokens x 1152 bytes = 36 KB of bf16 per stage; two warps split the 32 tokens
-/// for Q.K^T (16 each) and the 512 output columns for P.V (256 each).
+/// KV tokens per tile. 32 tokens x 1152 bytes = 36 KB of bf16 per stage.
 inline constexpr int kBlockN = 32;
-inline constexpr int kTokensPerWarp = kBlockN / 2;
-inline constexpr int kColsPerWarp = kDimV / 2;
+/// n-tiles of 8 tokens in one KV tile (the P fragments exchanged between the warps of a row group).
+inline constexpr int kTokenNTiles = kBlockN / 8;
+/// Warps sharing one row group: they split the tile's tokens for Q.K^T and the 512 output columns for
+/// P.V. Four for a CTA of a single row group (h_q x s_q <= 16): that CTA is smem-limited to 2 per SM, and
+/// with 2 warps each SM sub-partition ran one warp, with every mma/ldmatrix/shuffle latency exposed
+/// (version 3: ~4 us per 32-token tile at h_q = 16 on an H200, far from its memory bound). Two for
+/// larger CTAs, whose 8 warps already fill the SM (4 per group would need 64 x 4 warps' registers).
+constexpr int warps_per_group(int row_groups) { return row_groups == 1 ? 4 : 2; }
 /// Elements per 16-byte vector of a 16-bit type.
 inline constexpr int kVec16 = 8;
 /// Padding of every shared-memory row of 16-bit values: 576 + 8 elements = 1168 bytes, which is 16 mod
@@ -48,8 +53,8 @@ inline constexpr int kCombineWarps = 8;
 static_assert(kDimQK == kDimV + kDimR, "V is the first d_c columns of K");
 static_assert(kDimQK % 16 == 0 && kDimV % 16 == 0, "mma k-steps of 16");
 static_assert(kSmemRowBytes % 128 == 16, "ldmatrix rows must fall in distinct 16-byte bank groups");
-static_assert(kBlockN == 2 * kTokensPerWarp && kTokensPerWarp == 16, "one k16 step of P per warp");
-static_assert(kColsPerWarp % 16 == 0, "P.V n-tiles come in pairs of 8 columns");
+static_assert(kBlockN % 16 == 0 && kTokenNTiles == 4, "two k16 steps of P per tile");
+static_assert(kDimV % (16 * 4) == 0, "P.V n-tiles come in pairs of 8 columns for up to 4 warps");
 
 /// KV layouts the kernels know: the 16-bit formats (which must match q's dtype), and the two fp8
 /// formats, dequantised in shared memory into q's dtype.
@@ -81,11 +86,11 @@ constexpr SmemLayout smem_layout(KvKind k, int row_groups) {
   s.raw_off = s.tile_off + tile_bytes;
   const int raw_bytes = kStages * kBlockN * raw_row_stride(k);
   s.xch_p_off = s.raw_off + raw_bytes;
-  // P fragments exchanged between the two warps of a row group: 32 lanes x 16 bytes per warp.
-  const int xch_p_bytes = row_groups * 2 * 32 * 16;
+  // P fragments exchanged between the warps of a row group: 4 token n-tiles x 32 lanes x 8 bytes.
+  const int xch_p_bytes = row_groups * kTokenNTiles * 32 * 8;
   s.xch_m_off = s.xch_p_off + xch_p_bytes;
-  // Row maxima and final row sums exchanged between the two warps: 16 floats per warp.
-  const int xch_m_bytes = row_groups * 2 * kRowsPerGroup * 4;
+  // Row maxima and final row sums exchanged between the warps of a row group: 16 floats per warp.
+  const int xch_m_bytes = row_groups * warps_per_group(row_groups) * kRowsPerGroup * 4;
   s.total = s.xch_m_off + xch_m_bytes;
   return s;
 }

@@ -6,11 +6,12 @@
 // streams 32-token KV tiles through shared memory with cp.async (kStages deep) and runs an online
 // softmax in fp32.
 //
-// Warps: 2 per row group of 16 rows. Warp (rg, half) computes S = Q K^T for its 16 rows and tokens
-// [16 half, 16 half + 16) of the tile over all 576 columns, the two warps exchange row maxima and their
-// bf16/fp16 P fragments through shared memory, and then each accumulates O for output columns
-// [256 half, 256 half + 256) over all 32 tokens: 16 x 256 fp32 = 128 registers per thread. K and V are
-// the same shared-memory tile (V = first 512 columns).
+// Warps: W = warps_per_group(row groups) per row group of 16 rows (4 when the CTA has one row group,
+// else 2). Warp (rg, w) computes S = Q K^T for its 16 rows and tokens [w 32/W, (w + 1) 32/W) of the
+// tile over all 576 columns, the W warps exchange row maxima and their bf16/fp16 P fragments through
+// shared memory, and then each accumulates O for output columns [w 512/W, (w + 1) 512/W) over all 32
+// tokens: 16 x 512/W fp32 = 128 (W = 2) or 64 (W = 4) registers per thread. K and V are the same
+// shared-memory tile (V = first 512 columns).
 //
 // fp8 caches are copied raw and dequantised in shared memory into q's dtype (exactly for fp8_e4m3,
 // whose per-cache scale folds into tau and the output; fp8_ds_mla multiplies each group scale in fp32
@@ -45,6 +46,9 @@ struct RawRow {
 template <bool kBf16, KvKind kKind, int kThreads>
 __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, int tid) {
   constexpr int kOutChunks = kDimQK / kVec16;  // 72 vectors of 8 values per row
+  static_assert(kBlockN * kOutChunks % kThreads == 0, "every thread converts the same number of vectors");
+  // Unrolled by 4 so that independent shared-memory loads of several vectors are in flight at once.
+#pragma unroll 4
   for (int c = tid; c < kBlockN * kOutChunks; c += kThreads) {
     const int tok = c / kOutChunks;
     const int ch = c % kOutChunks;
@@ -97,37 +101,46 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, 
 }
 
 template <bool kBf16, KvKind kKind, int kRowGroups>
-__global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(const DecodeParams p) {
-  constexpr int kThreads = kRowGroups * 2 * kWarpSize;
+__global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWarpSize, 1)
+    decode_kernel(const DecodeParams p) {
+  constexpr int kW = warps_per_group(kRowGroups);  // warps per row group
+  constexpr int kWarps = kRowGroups * kW;
+  constexpr int kThreads = kWarps * kWarpSize;
   constexpr int kRows = kRowGroups * kRowsPerGroup;
   constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups);
-  constexpr int kQChunks = kDimQK / kVec16;  // 72 16-byte pieces per q row
-  constexpr int kKSteps = kDimQK / 16;       // 36 mma k-steps for Q K^T
-  constexpr int kNTilesO = kColsPerWarp / 8; // 32 n-tiles of 8 output columns
+  constexpr int kQChunks = kDimQK / kVec16;   // 72 16-byte pieces per q row
+  constexpr int kKSteps = kDimQK / 16;        // 36 mma k-steps for Q K^T
+  constexpr int kTokW = kBlockN / kW;         // tokens of the tile whose scores a warp computes: 16 or 8
+  constexpr int kNT = kTokW / 8;              // their n-tiles: 2 or 1
+  constexpr int kChains = 4 / kNT;            // accumulator sets per n-tile: 4 independent mma chains
+  constexpr int kColsW = kDimV / kW;          // output columns a warp accumulates: 256 or 128
+  constexpr int kNTilesO = kColsW / 8;        // their n-tiles: 32 or 16
   using RR = RawRow<kKind>;
-  constexpr int kLoadThreadsPerToken = kThreads / kBlockN;  // 2, 4 or 8
-  constexpr int kLoadIters = (RR::kChunks + kLoadThreadsPerToken - 1) / kLoadThreadsPerToken;
-  static_assert(kThreads % kBlockN == 0, "whole threads per KV row");
+  // KV copy: warp w copies tokens [w * kLoadTok, (w + 1) * kLoadTok) of each tile, one row at a time
+  // with its 32 lanes on consecutive 16-byte pieces (512 contiguous bytes per instruction, 4 whole
+  // 128-byte lines), instead of 16 rows x 32 bytes per instruction (version 3).
+  constexpr int kLoadTok = kBlockN / kWarps;                            // 16, 8 or 4
+  constexpr int kLoadIters = (RR::kChunks + kWarpSize - 1) / kWarpSize;  // 3, 2 or 2
+  static_assert(kBlockN % kWarps == 0 && kLoadTok <= kWarpSize, "one lane looks up the page of each row");
+  static_assert(kTokW % 8 == 0 && kKSteps % 2 == 0 && kNTilesO % 2 == 0);
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const q_smem = smem + kSmem.q_off;
   uint8_t* const raw_smem = smem + kSmem.raw_off;
-  uint4* const xch_p = reinterpret_cast<uint4*>(smem + kSmem.xch_p_off);
+  uint2* const xch_p = reinterpret_cast<uint2*>(smem + kSmem.xch_p_off);
   float* const xch_m = reinterpret_cast<float*>(smem + kSmem.xch_m_off);
 
   const int tid = threadIdx.x;
   const int lane = tid % kWarpSize;
   const int warp = tid / kWarpSize;
   const int rg = warp % kRowGroups;
-  const int half = warp / kRowGroups;
+  const int wi = warp / kRowGroups;  // this warp's index inside its row group
   const int gid = lane / 4;  // row inside an 8-row half of the mma tile
   const int tig = lane % 4;  // thread in group: column pair
   const int row_block = blockIdx.x;
   const int part = blockIdx.y;
-  const int pair_barrier = 1 + rg;
-  const int load_token = tid / kLoadThreadsPerToken;  // the KV row of each tile this thread copies
-  const int load_sub = tid % kLoadThreadsPerToken;
-  constexpr int kPairThreads = 2 * kWarpSize;
+  const int group_barrier = 1 + rg;
+  constexpr int kGroupThreads = kW * kWarpSize;
 
   pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
 
@@ -141,6 +154,8 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
   const uint32_t q_base = smem_addr(q_smem);
   const uint32_t raw_base = smem_addr(raw_smem);
   const uint32_t tile_base = kKind == KvKind::k16Bit ? raw_base : smem_addr(smem + kSmem.tile_off);
+  float* const my_x = xch_m + (rg * kW + wi) * kRowsPerGroup;
+  const float* const group_x = xch_m + rg * kW * kRowsPerGroup;
 
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
     const int32_t len = load_seq_len(p.seq_lens, p.seq_lens_stride, r);
@@ -180,28 +195,35 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
       cp_async_16(q_base + row * kSmemRowBytes + ch * kChunk, src, bytes);
     }
 
-    // KV tiles: each thread owns one token row of the tile (kThreads / kBlockN threads per row), so it
-    // looks the page up once per tile and then issues its cp.async pieces back to back. The page id of
-    // the tile after next is loaded one iteration early, so the lookup latency hides behind the math.
+    // KV tiles: lane t < kLoadTok of each warp looks up the page of row t of the warp's rows once per
+    // tile; the warp then copies its rows one by one, taking each page id from that lane by shuffle.
+    // The page ids of the tile after next are loaded one iteration early, so the block-table latency
+    // hides behind the math.
     const int32_t* bt_row = p.block_table + int64_t(r) * p.block_table_stride;
     const int64_t page_mask = (int64_t(1) << p.page_shift) - 1;
-    auto page_of = [&](int32_t tile) -> int64_t {
-      const int64_t t = int64_t(tile) * kBlockN + load_token;
-      return t < kv_hi ? int64_t(bt_row[t >> p.page_shift]) : int64_t(-1);
+    auto page_of = [&](int32_t tile) -> int32_t {  // -1: past kv_hi (zero-filled, never read)
+      const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
+      return lane < kLoadTok && t < kv_hi ? bt_row[t >> p.page_shift] : -1;
     };
-    auto load_tile = [&](int stage, int32_t tile, int64_t page) {
-      const int64_t t = int64_t(tile) * kBlockN + load_token;
-      const uint32_t dst = raw_base + (stage * kBlockN + load_token) * RR::kStride;
-      const bool valid = page >= 0;
-      const uint8_t* src = valid ? p.pages + page * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+    auto load_tile = [&](int stage, int32_t tile, int32_t lane_page) {
 #pragma unroll
-      for (int j = 0; j < kLoadIters; ++j) {
-        const int ch = load_sub + j * kLoadThreadsPerToken;
-        if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, valid ? src + ch * kChunk : p.pages, valid ? kChunk : 0);
+      for (int i = 0; i < kLoadTok; ++i) {
+        const int row = warp * kLoadTok + i;
+        const int64_t t = int64_t(tile) * kBlockN + row;
+        const int32_t page = __shfl_sync(0xffffffffu, lane_page, i);
+        const bool valid = page >= 0;
+        const uint8_t* src =
+            valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+        const uint32_t dst = raw_base + (stage * kBlockN + row) * RR::kStride;
+#pragma unroll
+        for (int j = 0; j < kLoadIters; ++j) {
+          const int ch = lane + j * kWarpSize;
+          if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+        }
       }
     };
 
-    int64_t page_next = page_of(t_begin);
+    int32_t page_next = page_of(t_begin);
     load_tile(0, t_begin, page_next);
     cp_async_commit();
     page_next = n_tiles > 1 ? page_of(t_begin + 1) : -1;
@@ -228,33 +250,51 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
       const uint32_t k_base = kKind == KvKind::k16Bit ? raw_base + (it % kStages) * kBlockN * RR::kStride : tile_base;
       const int64_t t0 = int64_t(t_begin + it) * kBlockN;
 
-      // ---- S = Q K^T: 16 rows x 16 tokens, two accumulator chains to halve the mma dependency ----
-      float acc[2][2][4];
+      // ---- S = Q K^T: 16 rows x kTokW tokens, in 4 independent accumulator chains ----
+      float acc[kChains][kNT][4];
 #pragma unroll
-      for (int c = 0; c < 2; ++c)
+      for (int c = 0; c < kChains; ++c)
 #pragma unroll
-        for (int n = 0; n < 2; ++n) acc[c][n][0] = acc[c][n][1] = acc[c][n][2] = acc[c][n][3] = 0.0f;
+        for (int n = 0; n < kNT; ++n) acc[c][n][0] = acc[c][n][1] = acc[c][n][2] = acc[c][n][3] = 0.0f;
       const uint32_t a_addr = q_base + (rg * kRowsPerGroup + lane % 16) * kSmemRowBytes + (lane / 16) * kChunk;
-      const uint32_t b_addr = k_base + (half * kTokensPerWarp + lane % 8 + (lane / 16) * 8) * kSmemRowBytes +
-                              ((lane / 8) % 2) * kChunk;
+      if constexpr (kNT == 2) {
+        // One ldmatrix.x4 per k-step: tokens 0-7 and 8-15 x k 0-7 and 8-15.
+        const uint32_t b_addr = k_base + (wi * kTokW + lane % 8 + (lane / 16) * 8) * kSmemRowBytes +
+                                ((lane / 8) % 2) * kChunk;
 #pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        uint32_t a[4], b[4];
-        ldmatrix_x4(a, a_addr + ks * 32);
-        ldmatrix_x4(b, b_addr + ks * 32);
-        mma_16816<kBf16>(acc[ks & 1][0], a, b[0], b[1]);
-        mma_16816<kBf16>(acc[ks & 1][1], a, b[2], b[3]);
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          uint32_t a[4], b[4];
+          ldmatrix_x4(a, a_addr + ks * 32);
+          ldmatrix_x4(b, b_addr + ks * 32);
+          mma_16816<kBf16>(acc[ks % kChains][0], a, b[0], b[1]);
+          mma_16816<kBf16>(acc[ks % kChains][1], a, b[2], b[3]);
+        }
+      } else {
+        // One ldmatrix.x4 per two k-steps: 8 tokens x k 0-7, 8-15, 16-23, 24-31.
+        const uint32_t b_addr = k_base + (wi * kTokW + lane % 8) * kSmemRowBytes + (lane / 8) * kChunk;
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ks += 2) {
+          uint32_t a0[4], a1[4], b[4];
+          ldmatrix_x4(a0, a_addr + ks * 32);
+          ldmatrix_x4(a1, a_addr + (ks + 1) * 32);
+          ldmatrix_x4(b, b_addr + ks * 32);
+          mma_16816<kBf16>(acc[ks % kChains][0], a0, b[0], b[1]);
+          mma_16816<kBf16>(acc[(ks + 1) % kChains][0], a1, b[2], b[3]);
+        }
       }
 
       // ---- online softmax (base 2) ----
-      float s[2][4];
+      float s[kNT][4];
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < kNT; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int64_t tok = t0 + half * kTokensPerWarp + n * 8 + 2 * tig + (j & 1);
-          const float v = (acc[0][n][j] + acc[1][n][j]) * scale_log2;
+          const int64_t tok = t0 + wi * kTokW + n * 8 + 2 * tig + (j & 1);
+          float v = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kChains; ++c) v += acc[c][n][j];
+          v *= scale_log2;
           s[n][j] = tok < limit[j / 2] ? v : -INFINITY;
           mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
         }
@@ -263,24 +303,24 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
         mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
         mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
       }
-      float* const my_m = xch_m + (rg * 2 + half) * kRowsPerGroup;
-      const float* const other_m = xch_m + (rg * 2 + (1 - half)) * kRowsPerGroup;
       if (tig == 0) {
-        my_m[gid] = mx[0];
-        my_m[gid + 8] = mx[1];
+        my_x[gid] = mx[0];
+        my_x[gid + 8] = mx[1];
       }
-      named_barrier_sync(pair_barrier, kPairThreads);
+      named_barrier_sync(group_barrier, kGroupThreads);
       float alpha[2], m_use[2];
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const float m_new = fmaxf(m_run[k], fmaxf(mx[k], other_m[gid + 8 * k]));
+        float m_new = m_run[k];
+#pragma unroll
+        for (int w = 0; w < kW; ++w) m_new = fmaxf(m_new, group_x[w * kRowsPerGroup + gid + 8 * k]);
         m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at p = 0
         alpha[k] = exp2f(m_run[k] - m_use[k]);
         m_run[k] = m_new;
       }
       float psum[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
+      for (int n = 0; n < kNT; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           s[n][j] = exp2f(s[n][j] - m_use[j / 2]);
@@ -288,32 +328,40 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
         }
 #pragma unroll
       for (int k = 0; k < 2; ++k) l_run[k] = l_run[k] * alpha[k] + psum[k];
+      // Once the running maxima settle, alpha is exactly 1 for most tiles: skip the multiplies then.
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
+        for (int n = 0; n < kNTilesO; ++n) {
+          o[n][0] *= alpha[0];
+          o[n][1] *= alpha[0];
+          o[n][2] *= alpha[1];
+          o[n][3] *= alpha[1];
+        }
       }
-      // P as the A fragment of one k16 step (tokens of this warp's half): C layout of two n-tiles.
-      uint32_t pa[2][4];
-      uint32_t mine[4] = {pack_float2<kBf16>(s[0][0], s[0][1]), pack_float2<kBf16>(s[0][2], s[0][3]),
-                          pack_float2<kBf16>(s[1][0], s[1][1]), pack_float2<kBf16>(s[1][2], s[1][3])};
-      xch_p[(rg * 2 + half) * kWarpSize + lane] = make_uint4(mine[0], mine[1], mine[2], mine[3]);
-      named_barrier_sync(pair_barrier, kPairThreads);
-      const uint4 theirs = xch_p[(rg * 2 + (1 - half)) * kWarpSize + lane];
-      const uint32_t other[4] = {theirs.x, theirs.y, theirs.z, theirs.w};
+      // P in the C layout of each token n-tile is half of an A fragment (a0 a1 for tokens 0-7 of a
+      // k16 step, a2 a3 for tokens 8-15): every warp publishes its n-tiles and reads all four.
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        pa[0][k] = half == 0 ? mine[k] : other[k];
-        pa[1][k] = half == 0 ? other[k] : mine[k];
+      for (int n = 0; n < kNT; ++n) {
+        xch_p[(rg * kTokenNTiles + wi * kNT + n) * kWarpSize + lane] =
+            make_uint2(pack_float2<kBf16>(s[n][0], s[n][1]), pack_float2<kBf16>(s[n][2], s[n][3]));
+      }
+      named_barrier_sync(group_barrier, kGroupThreads);
+      uint32_t pa[2][4];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint2 lo = xch_p[(rg * kTokenNTiles + 2 * kk) * kWarpSize + lane];
+        const uint2 hi = xch_p[(rg * kTokenNTiles + 2 * kk + 1) * kWarpSize + lane];
+        pa[kk][0] = lo.x;
+        pa[kk][1] = lo.y;
+        pa[kk][2] = hi.x;
+        pa[kk][3] = hi.y;
       }
 
-      // ---- O += P V over the 32 tokens, this warp's 256 columns ----
+      // ---- O += P V over the 32 tokens, this warp's kColsW columns ----
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const uint32_t v_addr = k_base + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kSmemRowBytes +
-                                (half * kColsPerWarp + (lane / 16) * 8) * 2;
+                                (wi * kColsW + (lane / 16) * 8) * 2;
 #pragma unroll
         for (int np = 0; np < kNTilesO / 2; ++np) {
           uint32_t b[4];
@@ -325,20 +373,22 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
       __syncthreads();  // the stage (and the dequantised tile) is overwritten next
     }
 
-    // ---- epilogue: total row sums over both warps, then out (or a partial) and lse ----
+    // ---- epilogue: total row sums over the group's warps, then out (or a partial) and lse ----
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 1);
       l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 2);
     }
-    float* const my_l = xch_m + (rg * 2 + half) * kRowsPerGroup;
     if (tig == 0) {
-      my_l[gid] = l_run[0];
-      my_l[gid + 8] = l_run[1];
+      my_x[gid] = l_run[0];
+      my_x[gid + 8] = l_run[1];
     }
-    named_barrier_sync(pair_barrier, kPairThreads);
-    const float* const other_l = xch_m + (rg * 2 + (1 - half)) * kRowsPerGroup;
-    float l_tot[2] = {l_run[0] + other_l[gid], l_run[1] + other_l[gid + 8]};
+    named_barrier_sync(group_barrier, kGroupThreads);
+    float l_tot[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int w = 0; w < kW; ++w) l_tot[k] += group_x[w * kRowsPerGroup + gid + 8 * k];
 
     const RequestPlan rp = p.plan_requests[r];
     const bool direct = rp.num_splits <= 1;
@@ -357,19 +407,19 @@ __global__ void __launch_bounds__(kRowGroups * 2 * kWarpSize, 1) decode_kernel(c
                         (int64_t(r) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
 #pragma unroll
         for (int n = 0; n < kNTilesO; ++n) {
-          const int col = half * kColsPerWarp + n * 8 + 2 * tig;
+          const int col = wi * kColsW + n * 8 + 2 * tig;
           *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<kBf16>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
         }
-        if (p.lse != nullptr && half == 0 && tig == 0)
+        if (p.lse != nullptr && wi == 0 && tig == 0)
           p.lse[int64_t(r) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
       } else {
         float* orow = p.part_out + (slot * p.rows + m) * kDimV;
 #pragma unroll
         for (int n = 0; n < kNTilesO; ++n) {
-          const int col = half * kColsPerWarp + n * 8 + 2 * tig;
+          const int col = wi * kColsW + n * 8 + 2 * tig;
           *reinterpret_cast<float2*>(orow + col) = make_float2(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
         }
-        if (half == 0 && tig == 0) p.part_lse[slot * p.rows + m] = lse;
+        if (wi == 0 && tig == 0) p.part_lse[slot * p.rows + m] = lse;
       }
     }
     __syncthreads();  // xch_m and q_smem are reused by the next piece

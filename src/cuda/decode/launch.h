@@ -20,7 +20,7 @@ template <bool kBf16, KvKind kKind>
 Status launch_decode_kernel(const DecodeParams& p, int row_groups, int row_blocks, cudaStream_t stream, bool pdl);
 
 /// Shared memory and threads of one decode CTA (for the occupancy the plan's partition count uses).
-inline int decode_threads(int row_groups) { return row_groups * 2 * 32; }
+inline int decode_threads(int row_groups) { return row_groups * warps_per_group(row_groups) * 32; }
 
 /// Merges the partial results of every split request into out and lse (combine.cu, SPEC.md section 6).
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl);
