@@ -163,21 +163,50 @@ def _(out_a, lse_a, out_b, lse_b):
 # ---- cache writes and RoPE (in place) -------------------------------------------------------------
 
 
-@torch.library.custom_op("mlakit::append_kv", mutates_args=("kv_cache", "q"))
-def append_kv(kv_c: Tensor, k_pe: Tensor, slot_mapping: Tensor, kv_cache: Tensor, kv_format: str = "",
-              positions: Optional[Tensor] = None, cos_sin: Optional[Tensor] = None,
-              rope_style: str = "interleaved", q: Optional[Tensor] = None,
-              kv_scale: Optional[Tensor] = None) -> None:
-    """Writes new tokens into the cache; with positions/cos_sin, RoPE on k_pe (and q in place)."""
+def _append(kv_c, k_pe, slot_mapping, kv_cache, kv_format, positions, cos_sin, rope_style, q, kv_scale) -> None:
     cache = mlakit.KvCache(kv_cache, kv_format or None, d_c=kv_c.shape[-1], d_r=k_pe.shape[-1], kv_scale=kv_scale)
     mlakit.append_kv(kv_c, k_pe, slot_mapping, cache, positions=positions, cos_sin=cos_sin, rope_style=rope_style,
                      q=q, stream=_stream(kv_c))
 
 
-@append_kv.register_fake
+# Two ops rather than one with an optional mutated `q`: torch's in-place bookkeeping indexes mutated
+# arguments by position and failed (IndexError) when the optional `q` was left at its default.
+@torch.library.custom_op("mlakit::append_kv", mutates_args=("kv_cache",))
+def _append_kv(kv_c: Tensor, k_pe: Tensor, slot_mapping: Tensor, kv_cache: Tensor, kv_format: str = "",
+               positions: Optional[Tensor] = None, cos_sin: Optional[Tensor] = None,
+               rope_style: str = "interleaved", kv_scale: Optional[Tensor] = None) -> None:
+    _append(kv_c, k_pe, slot_mapping, kv_cache, kv_format, positions, cos_sin, rope_style, None, kv_scale)
+
+
+@_append_kv.register_fake
 def _(kv_c, k_pe, slot_mapping, kv_cache, kv_format="", positions=None, cos_sin=None, rope_style="interleaved",
-      q=None, kv_scale=None):
+      kv_scale=None):
     return None
+
+
+@torch.library.custom_op("mlakit::append_kv_rope_q", mutates_args=("kv_cache", "q"))
+def _append_kv_rope_q(kv_c: Tensor, k_pe: Tensor, slot_mapping: Tensor, kv_cache: Tensor, q: Tensor,
+                      positions: Tensor, cos_sin: Tensor, kv_format: str = "", rope_style: str = "interleaved",
+                      kv_scale: Optional[Tensor] = None) -> None:
+    _append(kv_c, k_pe, slot_mapping, kv_cache, kv_format, positions, cos_sin, rope_style, q, kv_scale)
+
+
+@_append_kv_rope_q.register_fake
+def _(kv_c, k_pe, slot_mapping, kv_cache, q, positions, cos_sin, kv_format="", rope_style="interleaved",
+      kv_scale=None):
+    return None
+
+
+def append_kv(kv_c: Tensor, k_pe: Tensor, slot_mapping: Tensor, kv_cache: Tensor, kv_format: str = "",
+              positions: Optional[Tensor] = None, cos_sin: Optional[Tensor] = None,
+              rope_style: str = "interleaved", q: Optional[Tensor] = None,
+              kv_scale: Optional[Tensor] = None) -> None:
+    """Writes new tokens into the cache; with positions/cos_sin, RoPE on k_pe (and q's last d_r columns in
+    place when q is given: op ``mlakit::append_kv_rope_q``, else ``mlakit::append_kv``)."""
+    if q is None:
+        _append_kv(kv_c, k_pe, slot_mapping, kv_cache, kv_format, positions, cos_sin, rope_style, kv_scale)
+    else:
+        _append_kv_rope_q(kv_c, k_pe, slot_mapping, kv_cache, q, positions, cos_sin, kv_format, rope_style, kv_scale)
 
 
 @torch.library.custom_op("mlakit::rope", mutates_args=("x",))

@@ -1,7 +1,7 @@
 #include "core/check.h"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 namespace mlakit::check {
 
@@ -16,9 +16,11 @@ Status fail(std::string_view field, int64_t value, std::string_view rule) {
 }
 
 Status fail(std::string_view field, double value, std::string_view rule) {
-  std::ostringstream os;
-  os << value;  // shortest form: "0", "nan", "-inf", "0.125"
-  return fail(field, os.str(), rule);
+  // printf, not iostreams: an extension module loaded into a process whose libstdc++ differs from the one
+  // it was built against crashed inside std::ostream's locale facets (seen in Python on the GPU machine).
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);  // "0", "nan", "-inf", "0.125", "-0.5"
+  return fail(field, std::string(text), rule);
 }
 
 namespace {

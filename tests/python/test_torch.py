@@ -3,9 +3,11 @@ installed (CI does not install it); the CUDA tests run on a machine with a GPU a
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
-from conftest import BF16, assert_close, assert_lse_close, bf16_tolerance, flashmla_cases, load_case, require_testdata
+from conftest import REPO_ROOT, BF16, assert_close, assert_lse_close, bf16_tolerance, flashmla_cases, load_case, require_testdata
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests run on the GPU machine)")
 
@@ -98,6 +100,16 @@ def test_append_kv_and_rope_ops_in_place():
     x = k_pe.float()[:, None, :].clone()
     mt.rope(x, positions, cos_sin)
     torch.testing.assert_close(flat[[0, 1, 6, 7], D_C:].float(), x[[0, 1, 3, 4], 0], rtol=2**-7, atol=2**-8)
+    # With q (op mlakit::append_kv_rope_q): the same cache bytes, and q's RoPE columns rotated in place.
+    q = torch.rand(t, 2, D_C + D_R).bfloat16()
+    q0 = q.clone()
+    cache_q = torch.full_like(cache, float("nan"))
+    mt.append_kv(kv_c, k_pe, slots, cache_q, positions=positions, cos_sin=cos_sin, q=q)
+    torch.testing.assert_close(cache_q, cache, rtol=0, atol=0, equal_nan=True)
+    want = q0[..., D_C:].float().contiguous()
+    mt.rope(want, positions, cos_sin)
+    torch.testing.assert_close(q[..., D_C:].float(), want, rtol=2**-7, atol=2**-8)
+    torch.testing.assert_close(q[..., :D_C], q0[..., :D_C], rtol=0, atol=0)
 
 
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
@@ -142,7 +154,8 @@ def test_cuda_graph_capture_replays_with_new_lengths():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, lse = step()
-    for lengths in ([70, 1, 130], [5, 64, 129], [0, 65, 2]):
+    # New lengths must stay within the pages each request owns (2, 1 and 3 pages of 64).
+    for lengths in ([70, 1, 130], [5, 64, 129], [0, 64, 2], [128, 1, 192]):
         seq_lens.copy_(torch.tensor(lengths, dtype=torch.int32))
         graph.replay()
         torch.cuda.synchronize()
@@ -176,3 +189,12 @@ def test_compat_with_cuda_tensors(case, folder):
     want = d["out"].float().cpu().numpy()
     assert_close(out.float().cpu().numpy(), want, bf16_tolerance(want, 1.0), f"{case['name']} out")
     assert_lse_close(lse.cpu().numpy(), d["lse"].cpu().numpy())
+
+
+@needs_cuda
+def test_docs_torch_example_runs_as_written(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "python.md").read_text(), flags=re.S)
+    assert len(blocks) >= 2, "docs/python.md has no torch example"
+    exec(compile(blocks[1], "docs/python.md (torch)", "exec"), {"__name__": "docs_example"})
+    printed = capsys.readouterr().out
+    assert "decode runs on cuda" in printed, printed
