@@ -6,6 +6,7 @@ document's table (between the support-matrix markers) with the build's own. A ba
 `cuda` in a CPU-only build) is not compared; every document must still list each backend the build has.
 With --write, the documents' sections are regenerated from the build instead.
 """
+import re
 import subprocess
 import sys
 
@@ -14,11 +15,12 @@ BEGIN, END = "<!-- support-matrix:begin -->", "<!-- support-matrix:end -->"
 
 def parse(table_text):
     rows = [line.strip() for line in table_text.splitlines() if line.strip().startswith("|")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    cells_of = lambda row: [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]  # "\|" is text
+    header = cells_of(rows[0])
     backends = header[1:]
     cells = {}
     for row in rows[2:]:
-        parts = [c.strip() for c in row.strip("|").split("|")]
+        parts = cells_of(row)
         for backend, cell in zip(backends, parts[1:]):
             cells[(parts[0], backend)] = cell
     return backends, cells

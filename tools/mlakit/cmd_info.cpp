@@ -47,7 +47,9 @@ int cmd_info(int argc, char** argv) {
       for (const Feature& f : b->features()) {
         if (f.op == op) cell = (cell == "-" ? "" : cell + "; ") + f.detail;
       }
-      std::printf(md ? " %s |" : " | %s", cell.c_str());
+      std::string text;  // in Markdown a '|' inside a cell would end it: escape it
+      for (char ch : cell) text += md && ch == '|' ? std::string("\\|") : std::string(1, ch);
+      std::printf(md ? " %s |" : " | %s", text.c_str());
     }
     std::printf("\n");
   }
