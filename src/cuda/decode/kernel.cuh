@@ -206,6 +206,27 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       return lane < kLoadTok && t < kv_hi ? bt_row[t >> p.page_shift] : -1;
     };
     auto load_tile = [&](int stage, int32_t tile, int32_t lane_page) {
+      if constexpr (kRowGroups > 1) {
+        // Compute-bound CTAs (>= 32 rows): version 3's mapping, kThreads / kBlockN threads per row, each
+        // issuing its 16-byte pieces back to back: fewer issue slots per tile than the row-by-row loop
+        // below, which cost these CTAs 2 - 7% (docs/performance.md, version 4). A warp's rows are the ones
+        // its lanes looked up, so one shuffle still brings each page id.
+        constexpr int kTpt = kThreads / kBlockN;
+        static_assert(kThreads % kBlockN == 0 && kTpt * kLoadTok == kWarpSize, "warp w copies the rows it looked up");
+        const int tok = tid / kTpt;
+        const int64_t t = int64_t(tile) * kBlockN + tok;
+        const int32_t page = __shfl_sync(0xffffffffu, lane_page, tok % kLoadTok);
+        const bool valid = page >= 0;
+        const uint8_t* src =
+            valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+        const uint32_t dst = raw_base + (stage * kBlockN + tok) * RR::kStride;
+#pragma unroll
+        for (int j = 0; j < (RR::kChunks + kTpt - 1) / kTpt; ++j) {
+          const int ch = tid % kTpt + j * kTpt;
+          if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < kLoadTok; ++i) {
         const int row = warp * kLoadTok + i;
