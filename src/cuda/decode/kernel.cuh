@@ -225,21 +225,21 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
           const int ch = tid % kTpt + j * kTpt;
           if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
         }
-        return;
-      }
+      } else {  // one row group: each warp copies its rows one by one, the page id taken by shuffle
 #pragma unroll
-      for (int i = 0; i < kLoadTok; ++i) {
-        const int row = warp * kLoadTok + i;
-        const int64_t t = int64_t(tile) * kBlockN + row;
-        const int32_t page = __shfl_sync(0xffffffffu, lane_page, i);
-        const bool valid = page >= 0;
-        const uint8_t* src =
-            valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
-        const uint32_t dst = raw_base + (stage * kBlockN + row) * RR::kStride;
+        for (int i = 0; i < kLoadTok; ++i) {
+          const int row = warp * kLoadTok + i;
+          const int64_t t = int64_t(tile) * kBlockN + row;
+          const int32_t page = __shfl_sync(0xffffffffu, lane_page, i);
+          const bool valid = page >= 0;
+          const uint8_t* src =
+              valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+          const uint32_t dst = raw_base + (stage * kBlockN + row) * RR::kStride;
 #pragma unroll
-        for (int j = 0; j < kLoadIters; ++j) {
-          const int ch = lane + j * kWarpSize;
-          if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+          for (int j = 0; j < kLoadIters; ++j) {
+            const int ch = lane + j * kWarpSize;
+            if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+          }
         }
       }
     };
