@@ -25,6 +25,17 @@ struct StatusError {
 /// mlakit.NotSupportedError (a NotImplementedError), cuda_error -> mlakit.CudaError (a RuntimeError),
 /// internal -> RuntimeError. The message is the C++ one ("field=value: rule").
 void throw_if_failed(const Status& s);
+/// Runs `call` (returning a Status) with the GIL released, so other Python threads run while a kernel is
+/// launched or the CPU reference computes, then raises as throw_if_failed does.
+template <typename Call>
+void call_without_gil(Call&& call) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = call();
+  }
+  throw_if_failed(status);
+}
 /// Raises ValueError("<field>: <what>") for conversion problems the C++ API cannot express
 /// (a float64 array, a 5-D array, an object that is not an array).
 [[noreturn]] void throw_conversion(const char* field, const std::string& what);

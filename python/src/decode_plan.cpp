@@ -46,12 +46,7 @@ class DecodePlan {
     }
     check_workspace(problem_);
     const Stream s = resolve_stream(stream, layer_args_, problem_.device());
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = backend_->plan(problem_, workspace_.get(), s);
-    }
-    throw_if_failed(status);
+    call_without_gil([&] { return backend_->plan(problem_, workspace_.get(), s); });
     planned_ = true;
   }
 
@@ -68,12 +63,7 @@ class DecodePlan {
     p.lse = layer.optional(lse, "lse", Access::kWrite);
     check_workspace(p);
     const Stream s = resolve_stream(stream, layer, p.device());
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = backend_->run(p, workspace_.get(), s);
-    }
-    throw_if_failed(status);
+    call_without_gil([&] { return backend_->run(p, workspace_.get(), s); });
   }
 
   std::string backend_name() const { return backend_->name(); }

@@ -57,12 +57,7 @@ void execute(const Backend& b, const DecodeProblem& p, Stream s, nb::handle work
 void execute(const Backend& b, const SparseDecodeProblem& p, Stream s, nb::handle workspace);
 template <typename Problem>
 void execute(const Backend& b, const Problem& p, Stream s, nb::handle /*workspace*/) {
-  Status status;
-  {
-    nb::gil_scoped_release release;
-    status = b.run(p, s);
-  }
-  throw_if_failed(status);
+  call_without_gil([&] { return b.run(p, s); });
 }
 
 }  // namespace mlakit::py

@@ -177,12 +177,7 @@ void def_decode_steps(nb::module_& m, const Extra&... extra) {
       const Backend& chosen = choose_backend(p, backend);
       OwnedWorkspace ws = OwnedWorkspace::make(p.device(), chosen.workspace_bytes(p), workspace);
       const Stream s = resolve_stream(stream, call.args, p.device());
-      Status status;
-      {
-        nb::gil_scoped_release release;
-        status = half == Half::kPlan ? chosen.plan(p, ws.get(), s) : chosen.run(p, ws.get(), s);
-      }
-      throw_if_failed(status);
+      call_without_gil([&] { return half == Half::kPlan ? chosen.plan(p, ws.get(), s) : chosen.run(p, ws.get(), s); });
     };
   };
   m.def("decode_plan_step", step(Half::kPlan), extra..., arg("backend") = nb::none(), arg("stream") = nb::none(),

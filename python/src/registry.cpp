@@ -50,23 +50,15 @@ Preference preference_of(nb::handle backend) {
 
 void execute(const Backend& b, const DecodeProblem& p, Stream s, nb::handle workspace) {
   OwnedWorkspace ws = OwnedWorkspace::make(p.device(), b.workspace_bytes(p), workspace);
-  Status status;
-  {
-    nb::gil_scoped_release release;
-    status = b.plan(p, ws.get(), s);
-    if (status.ok()) status = b.run(p, ws.get(), s);
-  }
-  throw_if_failed(status);
+  call_without_gil([&] {
+    const Status planned = b.plan(p, ws.get(), s);
+    return planned.ok() ? b.run(p, ws.get(), s) : planned;
+  });
 }
 
 void execute(const Backend& b, const SparseDecodeProblem& p, Stream s, nb::handle workspace) {
   OwnedWorkspace ws = OwnedWorkspace::make(p.device(), b.workspace_bytes(p), workspace);
-  Status status;
-  {
-    nb::gil_scoped_release release;
-    status = b.run(p, ws.get(), s);
-  }
-  throw_if_failed(status);
+  call_without_gil([&] { return b.run(p, ws.get(), s); });
 }
 
 void bind_registry(nb::module_& m) {
