@@ -1,6 +1,7 @@
 #pragma once
-// Host entry points of the CUDA backend, one group per operation folder. cuda_backend.cpp dispatches to
-// these; they receive only problems that passed validate() and live on a CUDA device.
+// Host entry points of the CUDA backends, one group per operation folder. cuda_backend.cpp (portable) and
+// sm90_backend.cpp (Hopper) dispatch to these; they receive only problems that passed validate() and live
+// on a CUDA device.
 
 #include <cstddef>
 #include <vector>
@@ -10,12 +11,20 @@
 
 namespace mlakit::cuda {
 
-// decode/ (issue 3)
+// decode/sm80: the portable dense decode (issue 3)
 std::vector<Feature> decode_features();
 Status decode_supports(const DecodeProblem& p);
 size_t decode_workspace_bytes(const DecodeProblem& p);
 Status decode_plan(const DecodeProblem& p, Workspace ws, Stream stream);
 Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream);
+
+// decode/sm90: the Hopper dense decode (issue 8)
+std::vector<Feature> decode_sm90_features();
+Status decode_sm90_available();
+Status decode_sm90_supports(const DecodeProblem& p);
+size_t decode_sm90_workspace_bytes(const DecodeProblem& p);
+Status decode_sm90_plan(const DecodeProblem& p, Workspace ws, Stream stream);
+Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream);
 
 // cache/ (issue 4)
 std::vector<Feature> cache_features();

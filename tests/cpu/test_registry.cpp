@@ -167,6 +167,20 @@ TEST(Registry, WrongDeviceIsExplained) {
   }
 }
 
+// A caller who names the Hopper backend where it cannot run gets its reason, never another backend.
+TEST(Registry, NamedHopperBackendIsNeverRerouted) {
+  const Registry r = make_default_registry();
+  const Backend* hopper = r.get("cuda_sm90");
+  if (hopper == nullptr) GTEST_SKIP() << "built without CUDA: no cuda_sm90 backend";
+  if (hopper->available().ok()) GTEST_SKIP() << "this machine has a Hopper GPU (tests/gpu covers it)";
+  test::DecodeCase c = make_case(64);
+  test::DecodeBuffers at = c.host_buffers();
+  const DecodeProblem p = c.problem(at, Device::cuda(0));
+  const Selection sel = r.select(p, Preference{"cuda_sm90"});
+  EXPECT_EQ(sel.backend, nullptr);
+  EXPECT_EQ(sel.status.message().rfind("backend 'cuda_sm90' is not available: ", 0), 0u) << sel.status.to_string();
+}
+
 TEST(Registry, UnimplementedOperationSaysSo) {
   int runs = 0;
   const Registry r = registry_with_picky(&runs);

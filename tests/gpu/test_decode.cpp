@@ -1,7 +1,9 @@
-// The CUDA dense decode (issue 3) against the CPU reference (SPEC.md sections 1, 9 and 10): every
-// format x page size x head count x s_q, random lengths including 0 and L < s_q, NaN-poisoned unused
-// pages, poisoned outputs and workspace, plus batch 4096, long requests, a cache past 2^31 elements,
-// CUDA-graph replay and the golden FlashMLA cases.
+// Every CUDA dense decode path (the portable "cuda", issue 3; the Hopper "cuda_sm90", issue 8) against the
+// CPU reference (SPEC.md sections 1, 9 and 10): every format x page size x head count x s_q, random lengths
+// including 0 and L < s_q, NaN-poisoned unused pages and page tails, poisoned outputs and workspace, plus
+// batch 4096, many requests per CTA, long requests, a cache past 2^31 elements, CUDA-graph replay and the
+// golden FlashMLA cases. A path the device cannot run, or a format a path does not implement yet, is
+// skipped with its reason (gtest prints it).
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -52,11 +54,23 @@ bool has_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-const Backend& cuda_backend() {
+/// The CUDA decode paths every test runs against.
+const std::vector<std::string> kCudaDecodeBackends = {"cuda", "cuda_sm90"};
+
+const Backend& backend_named(const std::string& name) {
   static const Registry registry = make_default_registry();
-  const Backend* b = registry.get("cuda");
+  const Backend* b = registry.get(name);
+  if (b == nullptr) std::abort();  // a name of kCudaDecodeBackends that the build does not register
   return *b;
 }
+
+/// Skips the calling test when the backend cannot run on this device (no GPU, or not a Hopper GPU).
+#define SKIP_UNLESS_AVAILABLE(be)                                                   \
+  do {                                                                              \
+    if (!has_gpu()) GTEST_SKIP() << "no CUDA device";                               \
+    const Status avail_ = (be).available();                                         \
+    if (!avail_.ok()) GTEST_SKIP() << (be).name() << ": " << avail_.message();      \
+  } while (0)
 
 /// The case's buffers on the device, outputs and workspace poisoned.
 struct DeviceCase {
@@ -88,15 +102,17 @@ struct DeviceCase {
 };
 
 /// Runs plan + run on the device, copies out/lse back and compares with the reference on the host.
-void run_and_check(DecodeCase& c, bool scale_on_device) {
+void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be) {
   SCOPED_TRACE("b=" + std::to_string(c.batch) + " s_q=" + std::to_string(c.config.s_q) +
                " h_q=" + std::to_string(c.config.h_q) + " P=" + std::to_string(c.config.page_size) +
                " format=" + kv_format_name(c.config.format) + " causal=" + std::to_string(c.config.causal) +
                " seed=" + std::to_string(c.config.seed));
   DeviceCase d;
   d.upload(c, scale_on_device);
-  const Backend& be = cuda_backend();
   const Status sup = be.supports(d.problem);
+  if (sup.code() == StatusCode::kNotSupported && sup.message().rfind("kv.format=", 0) == 0) {
+    GTEST_SKIP() << be.name() << ": " << sup.message();  // a format this path does not implement yet
+  }
   ASSERT_TRUE(sup.ok()) << sup.to_string();
   const size_t ws_bytes = be.workspace_bytes(d.problem);
   ASSERT_GT(ws_bytes, 0u);
@@ -145,13 +161,14 @@ DType q_dtype_for(KvFormat f, uint64_t seed) {
 }
 
 // ---- the matrix: format x page size x h_q, each over s_q in {1, 2, 4, 8} causal and not ----
-using MatrixParam = std::tuple<KvFormat, int64_t, int64_t>;
+using MatrixParam = std::tuple<std::string, KvFormat, int64_t, int64_t>;
 
 class DecodeMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(DecodeMatrix, MatchesReference) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
-  const auto [format, page_size, h_q] = GetParam();
+  const auto [backend, format, page_size, h_q] = GetParam();
+  const Backend& be = backend_named(backend);
+  SKIP_UNLESS_AVAILABLE(be);
   uint64_t seed = 1000 + uint64_t(page_size) * 131 + uint64_t(h_q) * 7 + uint64_t(format) * 100003;
   for (int64_t s_q : {1, 2, 4, 8}) {
     for (bool causal : {false, true}) {
@@ -167,19 +184,20 @@ TEST_P(DecodeMatrix, MatchesReference) {
       cfg.causal = causal;
       cfg.seed = seed++;
       DecodeCase c = DecodeCase::generate(cfg);
-      run_and_check(c, /*scale_on_device=*/seed % 2 == 0);
-      if (HasFatalFailure()) return;
+      run_and_check(c, /*scale_on_device=*/seed % 2 == 0, be);
+      if (HasFatalFailure() || IsSkipped()) return;
     }
   }
 }
 
 std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
-  const auto [f, p, h] = info.param;
-  return std::string(kv_format_name(f)) + "_P" + std::to_string(p) + "_h" + std::to_string(h);
+  const auto [b, f, p, h] = info.param;
+  return b + "_" + kv_format_name(f) + "_P" + std::to_string(p) + "_h" + std::to_string(h);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, DecodeMatrix,
-                         ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3,
+                         ::testing::Combine(::testing::ValuesIn(kCudaDecodeBackends),
+                                            ::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3,
                                                               KvFormat::kFP8DsMla),
                                             ::testing::Values(int64_t(1), int64_t(16), int64_t(32), int64_t(64),
                                                               int64_t(128)),
@@ -187,9 +205,20 @@ INSTANTIATE_TEST_SUITE_P(Cuda, DecodeMatrix,
                                                               int64_t(63), int64_t(64), int64_t(126), int64_t(128))),
                          matrix_name);
 
-// ---- shapes at the edges ----
-TEST(DecodeEdges, Batch4096WithEmptySlots) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+// ---- shapes at the edges, on every CUDA decode path ----
+class DecodeEdges : public ::testing::TestWithParam<std::string> {};
+class DecodeGraph : public ::testing::TestWithParam<std::string> {};
+class DecodeSupports : public ::testing::TestWithParam<std::string> {};
+class DecodeGolden : public ::testing::TestWithParam<std::string> {};
+std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeEdges, ::testing::ValuesIn(kCudaDecodeBackends), backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeGraph, ::testing::ValuesIn(kCudaDecodeBackends), backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeSupports, ::testing::ValuesIn(kCudaDecodeBackends), backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeGolden, ::testing::ValuesIn(kCudaDecodeBackends), backend_param_name);
+
+TEST_P(DecodeEdges, Batch4096WithEmptySlots) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   std::mt19937_64 rng(7);
   DecodeCaseConfig cfg;
   cfg.seq_lens.resize(4096);
@@ -201,31 +230,55 @@ TEST(DecodeEdges, Batch4096WithEmptySlots) {
   cfg.page_size = 16;
   cfg.seed = 7;
   DecodeCase c = DecodeCase::generate(cfg);
-  run_and_check(c, true);
+  run_and_check(c, true, be);
 }
 
-TEST(DecodeEdges, AllEmpty) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+// More requests than partitions: every CTA walks several pieces, so tile ownership and the pipeline's
+// barrier phases carry over from request to request (the Hopper path alternates owners across pieces).
+TEST_P(DecodeEdges, ManyRequestsPerCta) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  std::mt19937_64 rng(12);
+  for (int64_t h_q : {128, 37}) {
+    DecodeCaseConfig cfg;
+    cfg.seq_lens.resize(600);
+    std::uniform_int_distribution<int32_t> dist(0, 300);
+    for (auto& l : cfg.seq_lens) l = dist(rng);
+    cfg.h_q = h_q;
+    cfg.s_q = h_q == 37 ? 3 : 1;
+    cfg.causal = h_q == 37;
+    cfg.page_size = h_q == 37 ? 32 : 64;
+    cfg.seed = 12 + uint64_t(h_q);
+    DecodeCase c = DecodeCase::generate(cfg);
+    run_and_check(c, true, be);
+  }
+}
+
+TEST_P(DecodeEdges, AllEmpty) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   DecodeCaseConfig cfg;
   cfg.seq_lens = {0, 0, 0};
   cfg.h_q = 128;
   cfg.seed = 8;
   DecodeCase c = DecodeCase::generate(cfg);
-  run_and_check(c, true);
+  run_and_check(c, true, be);
 }
 
-TEST(DecodeEdges, LongSingleRequest) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeEdges, LongSingleRequest) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   DecodeCaseConfig cfg;
   cfg.seq_lens = {131072};
   cfg.h_q = 16;
   cfg.seed = 9;
   DecodeCase c = DecodeCase::generate(cfg);
-  run_and_check(c, true);
+  run_and_check(c, true, be);
 }
 
-TEST(DecodeEdges, MillionTokens) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeEdges, MillionTokens) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   DecodeCaseConfig cfg;
   cfg.seq_lens = {1048576, 3};
   cfg.h_q = 2;
@@ -233,12 +286,13 @@ TEST(DecodeEdges, MillionTokens) {
   cfg.extra_pages = 1;
   cfg.seed = 10;
   DecodeCase c = DecodeCase::generate(cfg);
-  run_and_check(c, true);
+  run_and_check(c, true, be);
 }
 
 // A cache whose used pages sit past 2^31 elements (4 GiB of bf16): 64-bit address arithmetic.
-TEST(DecodeEdges, CachePast2To31Elements) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeEdges, CachePast2To31Elements) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   DecodeCaseConfig cfg;
   cfg.seq_lens = {300, 77};
   cfg.h_q = 16;
@@ -263,7 +317,6 @@ TEST(DecodeEdges, CachePast2To31Elements) {
   DecodeProblem p = d.problem;
   p.kv.pages.data = big.ptr;
   p.kv.pages.shape[0] = offset_pages + c.num_pages;
-  const Backend& be = cuda_backend();
   const size_t ws_bytes = be.workspace_bytes(p);
   DeviceBuffer ws(ws_bytes);
   ASSERT_TRUE(be.plan(p, {ws.ptr, ws_bytes}, nullptr).ok());
@@ -279,8 +332,9 @@ TEST(DecodeEdges, CachePast2To31Elements) {
 }
 
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
-TEST(DecodeGraph, ReplayWithNewInputs) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeGraph, ReplayWithNewInputs) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   constexpr int kBatch = 8;
   constexpr int32_t kMaxLen = 900;
   constexpr int kReplays = 4;
@@ -302,7 +356,6 @@ TEST(DecodeGraph, ReplayWithNewInputs) {
   d.upload(first, true, size_t(max_pages * first.page_stride_bytes));
   DecodeProblem p = d.problem;
   p.kv.pages.shape[0] = max_pages;
-  const Backend& be = cuda_backend();
   const size_t ws_bytes = be.workspace_bytes(p);
   new (&d.ws) DeviceBuffer(ws_bytes);
   const Workspace ws{d.ws.ptr, ws_bytes};
@@ -346,11 +399,11 @@ TEST(DecodeGraph, ReplayWithNewInputs) {
 }
 
 // ---- refusals name the field, the value and the rule ----
-TEST(DecodeSupports, RefusesWhatItDoesNotImplement) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeSupports, RefusesWhatItDoesNotImplement) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   DecodeCaseConfig cfg;
   cfg.seq_lens = {5};
-  const Backend& be = cuda_backend();
   {
     cfg.page_size = 8;
     DecodeCase c = DecodeCase::generate(cfg);
@@ -383,6 +436,43 @@ TEST(DecodeSupports, RefusesWhatItDoesNotImplement) {
   }
 }
 
+// ---- selection: the Hopper path where it can run, the portable one elsewhere, each with its reason ----
+TEST(DecodeSelection, HopperPathChosenOnlyWhereItRuns) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Registry registry = make_default_registry();
+  const Backend& hopper = backend_named("cuda_sm90");
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {70, 3};
+  DecodeCase bf16 = DecodeCase::generate(cfg);
+  cfg.format = KvFormat::kFP8E4M3;
+  DecodeCase fp8 = DecodeCase::generate(cfg);
+  DeviceCase d16, d8;
+  d16.upload(bf16, true);
+  d8.upload(fp8, true);
+  auto reason_for = [](const Selection& sel, const std::string& name) {
+    for (const Rejection& r : sel.passed_over)
+      if (r.backend == name) return r.reason;
+    return std::string("(not passed over)");
+  };
+  const Selection s16 = registry.select(d16.problem);
+  const Selection s8 = registry.select(d8.problem);
+  ASSERT_NE(s16.backend, nullptr) << s16.explain();
+  ASSERT_NE(s8.backend, nullptr) << s8.explain();
+  EXPECT_EQ(s8.backend->name(), "cuda") << s8.explain();
+  if (hopper.available().ok()) {
+    EXPECT_EQ(s16.backend->name(), "cuda_sm90") << s16.explain();
+    EXPECT_EQ(reason_for(s16, "cuda"), "lower priority than 'cuda_sm90'");
+    EXPECT_NE(reason_for(s8, "cuda_sm90").find("kv.format=fp8_e4m3"), std::string::npos) << s8.explain();
+  } else {
+    // Not a Hopper GPU: the portable path runs, the Hopper one says why not, and naming it is an error.
+    EXPECT_EQ(s16.backend->name(), "cuda") << s16.explain();
+    EXPECT_NE(reason_for(s16, "cuda_sm90").find("not available"), std::string::npos) << s16.explain();
+    const Selection named = registry.select(d16.problem, Preference{"cuda_sm90"});
+    EXPECT_EQ(named.backend, nullptr);
+    EXPECT_NE(named.status.message().find("not available"), std::string::npos) << named.status.to_string();
+  }
+}
+
 // ---- golden FlashMLA dense cases ----
 bool manifest_causal(const std::string& manifest, const std::string& name) {
   const size_t at = manifest.find("\"name\": \"" + name + "\"");
@@ -390,8 +480,9 @@ bool manifest_causal(const std::string& manifest, const std::string& name) {
   return manifest.compare(c, 14, "\"causal\": true") == 0;
 }
 
-TEST(DecodeGolden, FlashMlaDenseCases) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+TEST_P(DecodeGolden, FlashMlaDenseCases) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
   const std::string dir = std::string(MLAKIT_TESTDATA_DIR) + "/flashmla";
   std::ifstream mf(dir + "/manifest.json");
   if (!mf) GTEST_SKIP() << "no golden data at " << dir;
@@ -433,8 +524,7 @@ TEST(DecodeGolden, FlashMlaDenseCases) {
     p.lse = TensorView::contiguous(dlse.ptr, DType::kFP32, {b, s_q, h_q}, Device::cuda(0));
     p.softmax_scale = kDeepSeekSoftmaxScale;
     p.causal = causal;
-    const Backend& be = cuda_backend();
-    const size_t ws_bytes = be.workspace_bytes(p);
+      const size_t ws_bytes = be.workspace_bytes(p);
     DeviceBuffer ws(ws_bytes);
     Status st = be.plan(p, {ws.ptr, ws_bytes}, nullptr);
     ASSERT_TRUE(st.ok()) << st.to_string();

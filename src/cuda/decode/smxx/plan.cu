@@ -14,8 +14,8 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/ptx.cuh"
-#include "cuda/decode/launch.h"
-#include "cuda/decode/plan.cuh"
+#include "cuda/decode/smxx/launch.h"
+#include "cuda/decode/smxx/plan.cuh"
 
 namespace mlakit::cuda::decode {
 namespace {
@@ -65,12 +65,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   // 1. cost prefix sums.
   int64_t local = 0;
   for (int64_t r = r0; r < r1; ++r)
-    local += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r)) + kFixedCostTiles;
+    local += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r), p.tile_shift) + kFixedCostTiles;
   int64_t total_cost = 0;
   int64_t run = block_exclusive_scan(local, scan_smem, &total_cost);
   for (int64_t r = r0; r < r1; ++r) {
     p.cost_scratch[r] = run;
-    run += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r)) + kFixedCostTiles;
+    run += request_tiles(load_seq_len(p.seq_lens, p.seq_lens_stride, r), p.tile_shift) + kFixedCostTiles;
   }
   if (threadIdx.x == 0) p.cost_scratch[b] = total_cost;
   __syncthreads();  // cost_scratch (global) is read by every thread below
@@ -95,23 +95,23 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   }
 
   // 3. per request: first partition, number of splits, first partial slot.
-  int64_t slots = 0;
-  for (int64_t r = r0; r < r1; ++r) {
+  auto first_and_splits = [&](int64_t r, int64_t* g0, int64_t* n) {
     const int64_t c = p.cost_scratch[r];
     const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
-    const int64_t g0 = (c + kFixedCostTiles) / width;
-    const int64_t last = (c + kFixedCostTiles + tiles - 1) / width;
-    const int64_t n = last - g0 + 1;
+    *g0 = (c + kFixedCostTiles) / width;
+    *n = (c + kFixedCostTiles + tiles - 1) / width - *g0 + 1;
+  };
+  int64_t slots = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t g0 = 0, n = 0;
+    first_and_splits(r, &g0, &n);
     if (n > 1) slots += n;
   }
   int64_t unused_total = 0;
   int64_t base = block_exclusive_scan(slots, scan_smem, &unused_total);
   for (int64_t r = r0; r < r1; ++r) {
-    const int64_t c = p.cost_scratch[r];
-    const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
-    const int64_t g0 = (c + kFixedCostTiles) / width;
-    const int64_t last = (c + kFixedCostTiles + tiles - 1) / width;
-    const int64_t n = last - g0 + 1;
+    int64_t g0 = 0, n = 0;
+    first_and_splits(r, &g0, &n);
     p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(n > 1 ? base : 0), 0};
     if (n > 1) base += n;
   }
@@ -120,16 +120,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
 }  // namespace
 
 Status launch_plan(const PlanParams& p, cudaStream_t stream, bool pdl) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(kPlanThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&cfg, plan_kernel, p));
+  PdlLaunch l(dim3(1), dim3(kPlanThreads), 0, stream, pdl);
+  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, plan_kernel, p));
   return {};
 }
 

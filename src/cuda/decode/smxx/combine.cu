@@ -9,7 +9,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/ptx.cuh"
-#include "cuda/decode/launch.h"
+#include "cuda/decode/smxx/launch.h"
 
 namespace mlakit::cuda::decode {
 namespace {
@@ -86,19 +86,11 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
 }  // namespace
 
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(p.rows * kColChunks, p.batch);
-  cfg.blockDim = dim3(kCombineWarps * kWarpSize);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  PdlLaunch l(dim3(p.rows * kColChunks, p.batch), dim3(kCombineWarps * kWarpSize), 0, stream, pdl);
   if (bf16) {
-    MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<true>, p));
+    MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, combine_kernel<true>, p));
   } else {
-    MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&cfg, combine_kernel<false>, p));
+    MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, combine_kernel<false>, p));
   }
   return {};
 }

@@ -1,25 +1,18 @@
 #pragma once
-// Constants of the dense decode kernels (issue 3), shared by host and device code. Everything that ties
-// the tile shapes together is static_assert'ed here, so a change of one number cannot silently break
-// another.
+// Tile shapes of the portable (SM80+) dense decode kernel. Everything that ties them together is
+// static_assert'ed here, so a change of one number cannot silently break another.
 
-#include <cstdint>
-
-#include "mlakit/kv_format.h"
+#include "cuda/decode/smxx/config.h"
 
 namespace mlakit::cuda::decode {
-
-// ---- geometry: the only one these kernels implement (SPEC.md section 0, DeepSeek-V2/V3) ----
-inline constexpr int kDimC = kDefaultDimC;     // d_c = d_v = 512
-inline constexpr int kDimR = kDefaultDimR;     // d_r = 64
-inline constexpr int kDimQK = kDimC + kDimR;   // 576
-inline constexpr int kDimV = kDimC;            // 512
 
 // ---- tiles ----
 /// Query rows (h_q x s_q folded) per mma row group: the M of mma.m16n8k16.
 inline constexpr int kRowsPerGroup = 16;
 /// KV tokens per tile. 32 tokens x 1152 bytes = 36 KB of bf16 per stage.
 inline constexpr int kBlockN = 32;
+/// log2(kBlockN): the plan counts this kernel's work in tiles of 2^kTileShift tokens.
+inline constexpr int kTileShift = 5;
 /// n-tiles of 8 tokens in one KV tile (the P fragments exchanged between the warps of a row group).
 inline constexpr int kTokenNTiles = kBlockN / 8;
 /// Warps sharing one row group: they split the tile's tokens for Q.K^T and the 512 output columns for
@@ -28,8 +21,6 @@ inline constexpr int kTokenNTiles = kBlockN / 8;
 /// (version 3: ~4 us per 32-token tile at h_q = 16 on an H200, far from its memory bound). Two for
 /// larger CTAs, whose 8 warps already fill the SM (4 per group would need 64 x 4 warps' registers).
 constexpr int warps_per_group(int row_groups) { return row_groups == 1 ? 4 : 2; }
-/// Elements per 16-byte vector of a 16-bit type.
-inline constexpr int kVec16 = 8;
 /// Padding of every shared-memory row of 16-bit values: 576 + 8 elements = 1168 bytes, which is 16 mod
 /// 128, so the 8 row addresses of one ldmatrix land in 8 distinct 16-byte bank groups.
 inline constexpr int kSmemRowElems = kDimQK + kVec16;
@@ -41,36 +32,18 @@ inline constexpr int kStages = 2;
 inline constexpr int kMaxRowGroups = 4;
 inline constexpr int kMaxRowsPerCta = kMaxRowGroups * kRowsPerGroup;  // 64
 
-// ---- scheduling ----
-/// Per-request fixed cost, in KV tiles, that the plan adds to every request when it balances work:
-/// loading 64 query rows (74 KB) and writing the output cost about as much as two tiles.
-inline constexpr int kFixedCostTiles = 2;
-/// Threads of the single-CTA plan kernel.
-inline constexpr int kPlanThreads = 1024;
-/// Warps per CTA of the combine kernel (they share the splits of one row).
-inline constexpr int kCombineWarps = 8;
-
-static_assert(kDimQK == kDimV + kDimR, "V is the first d_c columns of K");
 static_assert(kDimQK % 16 == 0 && kDimV % 16 == 0, "mma k-steps of 16");
 static_assert(kSmemRowBytes % 128 == 16, "ldmatrix rows must fall in distinct 16-byte bank groups");
 static_assert(kBlockN % 16 == 0 && kTokenNTiles == 4, "two k16 steps of P per tile");
+static_assert((1 << kTileShift) == kBlockN);
 static_assert(kDimV % (16 * 4) == 0, "P.V n-tiles come in pairs of 8 columns for up to 4 warps");
 
-/// KV layouts the kernels know: the 16-bit formats (which must match q's dtype), and the two fp8
-/// formats, dequantised in shared memory into q's dtype.
-enum class KvKind : int { k16Bit = 0, kE4M3 = 1, kDsMla = 2 };
-
-/// Bytes of one cache row of each kind.
-constexpr int kv_kind_row_bytes(KvKind k) {
-  return k == KvKind::k16Bit ? 2 * kDimQK : k == KvKind::kE4M3 ? kDimQK : int(ds_mla::kRowBytes);
-}
 /// Shared-memory stride of a raw (not yet dequantised) row: a multiple of 16 bytes, padded by 16 so
 /// that cp.async writes of consecutive rows do not pile onto one bank group.
 constexpr int raw_row_stride(KvKind k) {
   return k == KvKind::k16Bit ? kSmemRowBytes : (kv_kind_row_bytes(k) + 15) / 16 * 16 + 16;
 }
 static_assert(raw_row_stride(KvKind::kE4M3) == 592 && raw_row_stride(KvKind::kDsMla) == 672);
-static_assert(ds_mla::kDimC == kDimC && ds_mla::kDimR == kDimR);
 
 /// Shared-memory layout of one decode CTA, in bytes.
 struct SmemLayout {

@@ -6,8 +6,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
-#include "cuda/decode/kernel.cuh"
-#include "cuda/decode/launch.h"
+#include "cuda/decode/sm80/kernel.cuh"
+#include "cuda/decode/sm80/launch.h"
+#include "cuda/decode/smxx/launch.h"
 
 namespace mlakit::cuda::decode {
 
@@ -16,17 +17,8 @@ Status launch_decode_rows(const DecodeParams& p, int row_blocks, cudaStream_t st
   constexpr int kSmemBytes = smem_layout(kKind, kRowGroups).total;
   auto kernel = decode_kernel<kBf16, kKind, kRowGroups>;
   MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(row_blocks, p.partitions);
-  cfg.blockDim = dim3(decode_threads(kRowGroups));
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p));
+  PdlLaunch l(dim3(row_blocks, p.partitions), dim3(decode_threads(kRowGroups)), kSmemBytes, stream, pdl);
+  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p));
   return {};
 }
 

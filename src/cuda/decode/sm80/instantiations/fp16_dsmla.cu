@@ -1,5 +1,5 @@
 // Decode kernels for q in fp16 with a dsmla cache (all three row-group counts).
-#include "cuda/decode/launch_decode.cuh"
+#include "cuda/decode/sm80/launch_decode.cuh"
 
 namespace mlakit::cuda::decode {
 template Status launch_decode_kernel<false, KvKind::kDsMla>(const DecodeParams&, int, int, cudaStream_t, bool);

@@ -23,9 +23,9 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
-#include "cuda/decode/config.h"
-#include "cuda/decode/params.h"
-#include "cuda/decode/plan.cuh"
+#include "cuda/decode/sm80/config.h"
+#include "cuda/decode/smxx/params.h"
+#include "cuda/decode/smxx/plan.cuh"
 
 namespace mlakit::cuda::decode {
 
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
     const int32_t len = load_seq_len(p.seq_lens, p.seq_lens_stride, r);
-    const int32_t tiles = request_tiles(len);
+    const int32_t tiles = request_tiles(len, kTileShift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;
     const int32_t n_tiles = t_end - t_begin;

@@ -1,11 +1,11 @@
 #pragma once
-// Plain parameter structs of the decode kernels and the layout of the caller's workspace. Host code
-// (decode.cpp) fills them; device code only reads them. Strides are in elements unless named *_bytes.
+// Plain parameter structs of the decode kernels and the layout of the caller's workspace, shared by every
+// kernel family (sm80/, sm90/). Host code (smxx/host.cpp) fills them; device code only reads them. Strides are in elements unless named *_bytes.
 
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/decode/config.h"
+#include "cuda/decode/smxx/config.h"
 
 namespace mlakit::cuda::decode {
 
@@ -63,6 +63,7 @@ struct PlanParams {
   int64_t seq_lens_stride;
   int32_t batch;
   int32_t partitions;       // G
+  int32_t tile_shift;       // log2 of the decode kernel's KV tile in tokens (request_tiles)
   PartitionStart* partitions_out;  // [G + 1]
   RequestPlan* requests_out;       // [b]
   int64_t* cost_scratch;           // [b + 1]

@@ -1,0 +1,87 @@
+#pragma once
+// Tile shapes, roles and shared-memory layout of the Hopper (sm_90a) dense decode kernel (issue 8).
+// Host and device code both read this file; everything that ties the numbers together is static_assert'ed.
+//
+// One CTA = 64 query rows (h_q x s_q folded, the wgmma M) x one partition of the batch's KV work (the
+// plan shared with the portable kernel). Three warpgroups:
+//   0, 1  consumers: tile g of the CTA's KV walk is "owned" by warpgroup g % 2, which computes
+//         S = Q K^T (64 x 64 x 576) and the softmax of it; each consumer accumulates the output columns
+//         [256 w, 256 w + 256) of every tile: its own tiles with P from registers, the other's tiles
+//         with P from shared memory. The running row maximum passes from owner to owner through shared
+//         memory, so both halves of O are scaled consistently.
+//   2     producer: loads Q and the KV tiles (TMA for whole tiles of pages >= 16 tokens, per-row
+//         cp.async otherwise) into a ring of two stages, each split in three parts with their own
+//         full/empty mbarriers (V columns 0-255, V columns 256-511, RoPE columns), so that a part is
+//         refilled as soon as the last warpgroup reading it is done with it.
+
+#include "cuda/decode/smxx/config.h"
+
+namespace mlakit::cuda::decode::sm90 {
+
+// ---- tiles ----
+inline constexpr int kBlockN = 64;     // KV tokens per tile: the N of Q.K^T and the K of P.V
+inline constexpr int kTileShift = 6;   // log2(kBlockN), for the shared plan
+inline constexpr int kRows = 64;       // query rows per CTA: the wgmma M
+inline constexpr int kSwizzleValues = 64;                       // 16-bit values per 128-byte swizzled row
+inline constexpr int kChunks = kDimQK / kSwizzleValues;        // 9 column chunks of a KV or Q row
+inline constexpr int kChunkBytes = 64 * 128;                    // a chunk of 64 rows (tokens or query rows)
+inline constexpr int kTileBytes = kChunks * kChunkBytes;        // 72 KB: one KV tile, or the Q block
+inline constexpr int kVHalfChunks = kDimV / 2 / kSwizzleValues;  // 4 chunks of V per consumer
+inline constexpr int kRopeChunk = kDimV / kSwizzleValues;       // chunk 8
+inline constexpr int kStages = 2;
+
+// ---- roles ----
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kConsumers = 2;
+inline constexpr int kProducer = kConsumers;  // warpgroup index of the producer
+inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+/// Registers per thread after setmaxnreg: the consumers hold O (64 x 256 fp32 = 128 per thread), S
+/// (32) and P (16); the producer computes row addresses. setmaxnreg.inc draws only on the registers the
+/// CTA's own warps released with setmaxnreg.dec (the CTA launched with kLaunchRegs per thread), so the
+/// consumers' gain must not exceed the producer's release, or their setmaxnreg.inc waits forever (seen:
+/// 216 / 80 hung every launch). With 216 / 72, ptxas -v reports 4 bytes of producer spill, outside the
+/// copy loops; the consumers do not spill.
+inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168: what __launch_bounds__(384, 1) allows
+inline constexpr int kConsumerRegs = 216;
+inline constexpr int kProducerRegs = 72;
+static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs,
+              "the consumers may take only what the producer gives back");
+static_assert(kConsumers * kWarpgroupThreads * kConsumerRegs + kWarpgroupThreads * kProducerRegs <= 65536);
+
+// ---- the three parts of a KV stage, each with its own full and empty barrier ----
+enum Part : int { kPartHalf0 = 0, kPartHalf1 = 1, kPartRope = 2 };
+inline constexpr int kParts = 3;
+__host__ __device__ constexpr int part_first_chunk(int part) {
+  return part == kPartRope ? kRopeChunk : part * kVHalfChunks;
+}
+__host__ __device__ constexpr int part_chunks(int part) { return part == kPartRope ? 1 : kVHalfChunks; }
+__host__ __device__ constexpr int part_bytes(int part) { return part_chunks(part) * kChunkBytes; }
+/// Empty-barrier arrivals: one per warp of the warpgroup that releases the part.
+inline constexpr int kReleaseArrivals = kWarpgroupThreads / 32;
+
+// ---- named barriers (0 is __syncthreads) ----
+// Both consumers bar.sync each of them (bar.arrive on the publishing side would let the owner run on,
+// but compute-sanitizer racecheck does not see that ordering: with bar.sync it checks the exchange).
+inline constexpr int kBarMaxBase = 1;  // + w: warpgroup w published the row maxima of its tile
+inline constexpr int kBarPBase = 3;    // + w: warpgroup w stored P of its tile in shared memory
+inline constexpr int kBarRowSum = 5;   // the consumers' row sums (epilogue), written / read
+inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
+
+// ---- shared memory, in bytes from a 1024-byte aligned base ----
+struct SmemLayout {
+  static constexpr int q = 0;                                  // Q block, 9 swizzled chunks
+  static constexpr int stage0 = kTileBytes;                    // KV stage s at stage0 + s * kTileBytes
+  static constexpr int p = stage0 + kStages * kTileBytes;      // P of the last tile (64 x 64), swizzled
+  static constexpr int full = p + 64 * 128;                    // uint64 [kStages][kParts]
+  static constexpr int empty = full + kStages * kParts * 8;    // uint64 [kStages][kParts]
+  static constexpr int q_full = empty + kStages * kParts * 8;  // uint64
+  static constexpr int q_empty = q_full + 8;                   // uint64
+  static constexpr int row_max = q_empty + 8;                  // float [64]: running max after the last tile
+  static constexpr int alpha = row_max + kRows * 4;            // float [kStages][64]: its rescale factor
+  static constexpr int row_sum = alpha + kStages * kRows * 4;  // float [kConsumers][64]
+  static constexpr int total = row_sum + kConsumers * kRows * 4;
+};
+static_assert(SmemLayout::stage0 % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzle atoms are 1024-byte aligned");
+static_assert(SmemLayout::total <= 227 * 1024, "one CTA per SM: the 227 KB a Hopper block may opt into");
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,271 @@
+#pragma once
+// The two consumer warpgroups of the Hopper decode kernel (config.h): per KV tile, the owner computes
+// S = Q K^T with wgmma (Q and K from shared memory), the online softmax in fp32, publishes the new row
+// maxima and rescale factors, adds P V to its half of O with P from registers, and stores P for the
+// other consumer, which rescales its half of O and adds P V with P from shared memory. The next owner
+// starts its Q K^T as soon as it has issued that P V, so the tensor cores always have work queued.
+//
+// Accumulator layout (wgmma m64nNk16, fp32): warp w of a warpgroup holds rows 16 w .. 16 w + 15; lane
+// (gid = lane / 4, tig = lane % 4) holds rows 16 w + gid and 16 w + gid + 8, columns 8 j + 2 tig and
+// 8 j + 2 tig + 1 of every n-tile j: d[4 j + e] is (row e / 2, column e % 2) of that set. The A fragment
+// of P for k-step kk (tokens 16 kk .. 16 kk + 15) is therefore built from n-tiles 2 kk and 2 kk + 1.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/smxx/params.h"
+#include "cuda/decode/smxx/plan.cuh"
+
+namespace mlakit::cuda::decode::sm90 {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+/// Descriptor of a K-major operand (Q, K, P): 64-value rows, 8-row atoms of 1024 bytes.
+__device__ __forceinline__ uint64_t k_major(uint32_t addr) { return wgmma_desc(addr, 16, 1024); }
+/// Descriptor of V as an MN-major B operand: token rows of 64 values per chunk, chunks kChunkBytes apart.
+__device__ __forceinline__ uint64_t v_operand(uint32_t addr) { return wgmma_desc(addr, kChunkBytes, 1024); }
+
+/// Waits until `part` of the tile of CTA tile index g has landed. A part copied with cp.async was written
+/// through the generic proxy: the fence makes it visible to this thread's wgmma (async proxy) reads.
+__device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, bool by_rows) {
+  mbar_wait(sm.full(g & 1, part), (g >> 1) & 1);
+  if (by_rows) fence_proxy_async();
+}
+
+/// S = Q K^T for the tile of CTA tile index g, in the order its parts arrive (RoPE, own V half, other half).
+template <bool kBf16>
+__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, int me, bool by_rows) {
+  const uint32_t st = g & 1;
+  const uint32_t kv = sm.stage(st);
+  const uint32_t q = sm.q();
+  wait_part(sm, g, kPartRope, by_rows);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t off = kRopeChunk * kChunkBytes + kk * 32;
+    wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), kk);  // kk = 0 overwrites S
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int half = h == 0 ? me : 1 - me;
+    wait_part(sm, g, half, by_rows);
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < kVHalfChunks; ++c) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t off = (half * kVHalfChunks + c) * kChunkBytes + kk * 32;
+        wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), 1);
+      }
+    }
+    wgmma_commit();
+  }
+}
+
+/// O *= alpha (per row); skipped when no row maximum of the warp moved (alpha is exactly 1 then).
+__device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
+                                             int row_block, int me) {
+  const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
+  const int warp = ctid / 32;
+  const int lane = ctid % 32;
+  const int gid = lane / 4;
+  const int tig = lane % 4;
+  const int rloc[2] = {warp * 16 + gid, warp * 16 + gid + 8};  // this thread's rows in the 64-row block
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const uint32_t v_half = uint32_t(me) * kVHalfChunks * kChunkBytes;  // this consumer's V columns
+
+  float o[128];
+  float s[32];
+  uint32_t pa[4][4];
+  float m[2], l[2];
+  uint32_t g0 = 0;  // tiles of this CTA before the current piece
+  uint32_t piece = 0;
+
+  for_each_piece(p, partition, kTileShift, [&](const Piece& pc) {
+    const int32_t n = pc.n_tiles;
+    const int64_t kv_hi = min(int64_t(pc.t_begin + n) * kBlockN, int64_t(pc.len));
+    int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int mrow = row_block * kRows + rloc[k];
+      limit[k] = kv_hi;
+      if (p.causal && mrow < p.rows) limit[k] = min(kv_hi, int64_t(pc.len) - p.s_q + mrow / p.h_q + 1);
+    }
+    // Zeroed behind a (no-op) wait: ptxas serialises every wgmma of the kernel (warning C7515) when it
+    // cannot prove that no wgmma still accumulates into registers an ordinary instruction writes.
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    fence_registers(o);
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+    // Which tiles the producer copied row by row (its rule): every tile without TMA, and a partial last one.
+    auto by_rows = [&](int32_t j) { return !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len; };
+    mbar_wait(sm.q_full(), piece & 1);
+    fence_proxy_async();  // Q came by cp.async
+    if (int(g0 & 1) == me) issue_qk<kBf16>(s, sm, g0, me, by_rows(0));
+
+    for (int32_t j = 0; j < n; ++j) {
+      const uint32_t g = g0 + j;
+      const uint32_t st = g & 1;
+      const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
+      const uint32_t v = sm.stage(st) + v_half;
+      float alpha[2];
+      if (int(st) == me) {  // ---- own tile: softmax, P V from registers, P to the other consumer ----
+        wgmma_wait<0>();
+        fence_registers(s);
+        fence_registers(o);
+        if (lane == 0) {
+          mbar_arrive(sm.empty(st, kPartRope));              // Q K^T read the RoPE columns for the last time
+          if (j > 0) mbar_arrive(sm.empty(st ^ 1, me));       // the previous tile's P V (from shared memory)
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int64_t tok = t0 + 8 * (i / 4) + 2 * tig + (i & 1);
+          s[i] = tok < limit[(i >> 1) & 1] ? s[i] * scale_log2 : -INFINITY;
+          mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+        }
+        float m_use[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+          const float m_new = fmaxf(m[k], mx[k]);
+          m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
+          alpha[k] = exp2f(m[k] - m_use[k]);
+          m[k] = m_new;
+          if (tig == 0) {
+            sm.row_max()[rloc[k]] = m_new;
+            sm.alpha(st)[rloc[k]] = alpha[k];
+          }
+        }
+        named_barrier_sync(kBarMaxBase + me, kConsumerThreads);
+        float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
+          psum[(i >> 1) & 1] += s[i];
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) l[k] = l[k] * alpha[k] + psum[k];
+        rescale(o, alpha);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb<kBf16>(o, pa[kk], v_operand(v + kk * 16 * 128));
+        wgmma_commit();
+        // P (row, token) at piece token / 8 of the row: pa[kk][2 t + k] holds rows k, tokens of n-tile 2 kk + t.
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const uint32_t addr = sm.p() + swizzle128(uint32_t(rloc[k]), uint32_t(nt)) + 4 * tig;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[nt / 2][2 * (nt % 2) + k]) : "memory");
+          }
+        }
+        fence_proxy_async();  // the other consumer's wgmma reads P through the async proxy
+        named_barrier_sync(kBarPBase + me, kConsumerThreads);
+      } else {  // ---- the other consumer's tile: rescale, P V from shared memory, next own Q K^T ----
+        named_barrier_sync(kBarMaxBase + (1 - me), kConsumerThreads);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          alpha[k] = sm.alpha(st)[rloc[k]];
+          m[k] = sm.row_max()[rloc[k]];
+        }
+        wgmma_wait<0>();
+        fence_registers(o);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
+        if (lane == 0 && j > 0) mbar_arrive(sm.empty(st ^ 1, me));  // the previous tile's P V (registers)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) l[k] *= alpha[k];
+        rescale(o, alpha);
+        named_barrier_sync(kBarPBase + (1 - me), kConsumerThreads);
+        wait_part(sm, g, me, by_rows(j));  // complete long ago (the owner waited); this thread's own acquire
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256k16_ss_tb<kBf16>(o, k_major(sm.p() + kk * 32), v_operand(v + kk * 16 * 128));
+        }
+        wgmma_commit();
+        if (j + 1 < n) issue_qk<kBf16>(s, sm, g + 1, me, by_rows(j + 1));
+      }
+    }
+    wgmma_wait<0>();
+    fence_registers(o);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
+    if (lane == 0) {
+      mbar_arrive(sm.empty((g0 + n - 1) & 1, me));  // the last tile's P V
+      mbar_arrive(sm.q_empty());                     // every Q K^T of this piece is done
+    }
+
+    // ---- epilogue: total row sums over both consumers, then out (or a partial) and lse ----
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
+      if (tig == 0) sm.row_sum(me)[rloc[k]] = l[k];
+    }
+    named_barrier_sync(kBarRowSum, kConsumerThreads);
+    const RequestPlan rp = p.plan_requests[pc.req];
+    const bool direct = rp.num_splits <= 1;
+    const int64_t slot = int64_t(rp.split_base) + (partition - rp.first_partition);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int mrow = row_block * kRows + rloc[k];
+      if (mrow >= p.rows) continue;
+      const float l_tot = sm.row_sum(0)[rloc[k]] + sm.row_sum(1)[rloc[k]];
+      const bool empty = !(l_tot > 0.0f);
+      const float inv = empty ? 0.0f : 1.0f / l_tot;
+      const float lse = empty ? -INFINITY : (m[k] + log2f(l_tot)) * kLn2;
+      const int i = mrow / p.h_q;
+      const int h = mrow % p.h_q;
+      const int col0 = me * (kDimV / 2) + 2 * tig;
+      if (direct) {
+        uint8_t* orow = static_cast<uint8_t*>(p.out) +
+                        (int64_t(pc.req) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+        for (int nt = 0; nt < 32; ++nt) {
+          *reinterpret_cast<uint32_t*>(orow + (col0 + 8 * nt) * 2) =
+              pack_float2<kBf16>(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+        }
+        if (p.lse != nullptr && me == 0 && tig == 0) {
+          p.lse[int64_t(pc.req) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
+        }
+      } else {
+        float* orow = p.part_out + (slot * p.rows + mrow) * kDimV;
+#pragma unroll
+        for (int nt = 0; nt < 32; ++nt) {
+          *reinterpret_cast<float2*>(orow + col0 + 8 * nt) = make_float2(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+        }
+        if (me == 0 && tig == 0) p.part_lse[slot * p.rows + mrow] = lse;
+      }
+    }
+    named_barrier_sync(kBarRowSum, kConsumerThreads);  // both read the sums before the next piece rewrites them
+    g0 += n;
+    ++piece;
+  });
+}
+
+}  // namespace mlakit::cuda::decode::sm90

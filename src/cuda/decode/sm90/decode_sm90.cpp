@@ -1,0 +1,97 @@
+// Host entry points of the Hopper (sm_90a) dense decode (issue 8): availability, what it supports,
+// workspace size, plan and run. Plan, combine, parameters and checks are the ones the portable path
+// uses (smxx/); only the tile (64 tokens), the CTA (64 query rows, one per SM) and the launch differ.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/common/check.h"
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/launch.h"
+#include "cuda/decode/sm90/tensor_map.h"
+#include "cuda/decode/smxx/host.h"
+#include "cuda/decode/smxx/launch.h"
+#include "cuda/ops.h"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kPath = "cuda_sm90 decode";
+/// Smallest page whose tiles the TMA boxes cover (P = 16: four boxes of 16 rows per chunk). Pages of one
+/// token are gathered row by row.
+constexpr int64_t kMinTmaPage = 16;
+
+int64_t row_blocks_for(const DecodeProblem& p) {
+  return (decode::query_rows(p) + decode::sm90::kRows - 1) / decode::sm90::kRows;
+}
+
+/// Partitions G of the batch's KV work: one CTA per SM (each takes ~227 KB of shared memory).
+Status partitions_for(const DecodeProblem& p, int64_t* g) {
+  decode::DeviceFacts* facts = nullptr;
+  MLAKIT_TRY(decode::device_facts(&facts));
+  *g = std::max<int64_t>(1, int64_t(facts->info.num_sms) / row_blocks_for(p));
+  return {};
+}
+
+}  // namespace
+
+std::vector<Feature> decode_sm90_features() {
+  return {{OpKind::kDecode,
+           "kv=bf16 (q bf16), fp16 (q fp16); d_c=512, d_r=64; P=1,16,32,64,128 (TMA for P>=16); h_q=1..128; s_q=1..8 "
+           "causal|non-causal; any b incl. L=0; wgmma + warp-specialised TMA pipeline; device-side split-KV plan; "
+           "sm_90a"}};
+}
+
+Status decode_sm90_available() {
+  DeviceInfo info;
+  MLAKIT_TRY(current_device_info(&info));
+  if (info.sm_major != 9 || info.sm_minor != 0) {
+    return Status::not_supported("needs compute capability 9.0 (sm_90a code runs on Hopper only), device " +
+                                 std::to_string(info.ordinal) + " is " + std::to_string(info.sm_major) + "." +
+                                 std::to_string(info.sm_minor));
+  }
+  return decode::sm90::kernels_loadable();
+}
+
+Status decode_sm90_supports(const DecodeProblem& p) {
+  MLAKIT_TRY(decode::check_decode_common(p, kPath));
+  if (p.kv.format != KvFormat::kBF16 && p.kv.format != KvFormat::kFP16) {
+    return Status::not_supported(std::string("kv.format=") + kv_format_name(p.kv.format) + ": " + kPath +
+                                 " implements bf16 and fp16 caches so far (the portable 'cuda' backend serves fp8)");
+  }
+  return {};
+}
+
+size_t decode_sm90_workspace_bytes(const DecodeProblem& p) {
+  int64_t g = 0;
+  if (!partitions_for(p, &g).ok()) return 0;
+  return decode::layout_for(p, g).total;
+}
+
+Status decode_sm90_plan(const DecodeProblem& p, Workspace ws, Stream stream) {
+  int64_t g = 0;
+  MLAKIT_TRY(partitions_for(p, &g));
+  return decode::launch_plan_for(p, ws, g, decode::sm90::kTileShift, static_cast<cudaStream_t>(stream), true);
+}
+
+Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream) {
+  MLAKIT_TRY(decode::check_workspace_alignment(ws));
+  int64_t g = 0;
+  MLAKIT_TRY(partitions_for(p, &g));
+  const decode::DecodeParams d = decode::make_params(p, ws, g);
+  CUtensorMap map{};
+  const bool tma = p.kv.page_size() >= kMinTmaPage && decode::sm90::encode_kv_tensor_map(p.kv, &map).ok();
+  const bool bf16 = p.q.dtype == DType::kBF16;
+  const int rb = int(row_blocks_for(p));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  MLAKIT_TRY(bf16 ? decode::sm90::launch_decode_kernel<true>(d, map, tma, rb, s, true)
+                  : decode::sm90::launch_decode_kernel<false>(d, map, tma, rb, s, true));
+  return decode::launch_combine(d, bf16, s, true);
+}
+
+}  // namespace mlakit::cuda

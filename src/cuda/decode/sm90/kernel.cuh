@@ -1,0 +1,58 @@
+#pragma once
+// The Hopper (sm_90a) dense decode kernel (issue 8, SPEC.md section 1): barrier set-up, then one branch
+// per warpgroup role (producer.cuh, consumer.cuh). Compiled only for sm_90a (wgmma, setmaxnreg).
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/consumer.cuh"
+#include "cuda/decode/sm90/producer.cuh"
+#include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/smxx/params.h"
+
+namespace mlakit::cuda::decode::sm90 {
+
+/// Dynamic shared memory to request: the layout plus slack to align its base to 1024 bytes.
+inline constexpr int kSmemAlloc = SmemLayout::total + 1024;
+static_assert(kSmemAlloc <= 227 * 1024);
+
+/// Grid: (row blocks of 64 query rows, plan partitions). `kv_map` describes the cache for TMA when
+/// use_tma is set (pages of >= 16 tokens); otherwise every tile is copied row by row.
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t pad = (1024u - raw % 1024u) % 1024u;
+  const Smem sm{smem_raw + pad, raw + pad};
+  const int wg = int(threadIdx.x) / kWarpgroupThreads;
+
+  if (threadIdx.x == 0) {
+    for (uint32_t st = 0; st < kStages; ++st) {
+      for (int part = 0; part < kParts; ++part) {
+        mbar_init(sm.full(st, part), kWarpgroupThreads);
+        mbar_init(sm.empty(st, part), kReleaseArrivals);
+      }
+    }
+    mbar_init(sm.q_full(), kWarpgroupThreads);
+    mbar_init(sm.q_empty(), kConsumers * kReleaseArrivals);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
+
+  if (wg == kProducer) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
+    run_producer(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    run_consumer<kBf16>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
+  }
+}
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,21 @@
+#pragma once
+// Host-side launcher of the Hopper (sm_90a) dense decode kernel. Defined in instantiations/ when the
+// build has sm_90a code (MLAKIT_CUDA_ARCHS holds 90a), else in unavailable.cpp, which says so.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/decode/smxx/params.h"
+#include "mlakit/status.h"
+
+namespace mlakit::cuda::decode::sm90 {
+
+/// Grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory each.
+template <bool kBf16>
+Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
+                            cudaStream_t stream, bool pdl);
+
+/// Ok when this build holds the kernels' sm_90a code and the current device can run it.
+Status kernels_loadable();
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,23 @@
+#pragma once
+// The launch template of the Hopper decode kernel. Included only by instantiations/*.cu.
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/check.h"
+#include "cuda/decode/sm90/kernel.cuh"
+#include "cuda/decode/sm90/launch.h"
+#include "cuda/decode/smxx/launch.h"
+
+namespace mlakit::cuda::decode::sm90 {
+
+template <bool kBf16>
+Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
+                            cudaStream_t stream, bool pdl) {
+  auto kernel = decode_kernel<kBf16>;
+  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemAlloc));
+  PdlLaunch l(dim3(row_blocks, p.partitions), dim3(kThreads), kSmemAlloc, stream, pdl);
+  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, kv_map, int(use_tma)));
+  return {};
+}
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,135 @@
+#pragma once
+// The producer warpgroup of the Hopper decode kernel: loads Q and the KV tiles into shared memory in the
+// 128-byte-swizzled layout that wgmma reads, stage by stage and part by part (config.h).
+//   - A whole tile of a cache with pages of >= 16 tokens: TMA (cp.async.bulk.tensor), one box of
+//     64 columns x min(P, 64) rows per chunk and page, issued by one thread.
+//   - Pages of 1 token, and the last tile of a request when it is partial: cp.async per 16-byte piece by
+//     all 128 threads, rows past the request's length zero-filled (never read from memory), so that P.V
+//     never multiplies a zero probability by the NaN of a page tail.
+//   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
+// Completion reaches the consumers through the full barriers (128 arrivals: one per producer thread, the
+// TMA issuer's carrying the byte count); the producer refills a part after its empty barrier completes.
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/smxx/params.h"
+#include "cuda/decode/smxx/plan.cuh"
+
+namespace mlakit::cuda::decode::sm90 {
+
+/// Copies `part` of the tile starting at token t0 row by row with cp.async (all producer threads).
+__device__ __forceinline__ void load_part_rows(const DecodeParams& p, const int32_t* table, int32_t len, int64_t t0,
+                                               uint32_t stage, int part, int ptid) {
+  const int first = part_first_chunk(part);
+  const int per_row = part_chunks(part) * 8;  // 16-byte pieces of a row in this part
+  const int64_t in_page = (int64_t(1) << p.page_shift) - 1;
+  for (int idx = ptid; idx < kBlockN * per_row; idx += kWarpgroupThreads) {
+    const int row = idx / per_row;
+    const int rest = idx - row * per_row;
+    const int chunk = first + rest / 8;
+    const int piece = rest % 8;
+    const int64_t tok = t0 + row;
+    const uint8_t* src = p.pages;
+    int bytes = 0;
+    if (tok < len) {
+      const int64_t page = table[tok >> p.page_shift];
+      src = p.pages + page * p.page_stride_bytes + (tok & in_page) * p.row_stride_bytes + chunk * 128 + piece * 16;
+      bytes = 16;
+    }
+    cp_async_16(stage + chunk * kChunkBytes + swizzle128(row, piece), src, bytes);
+  }
+}
+
+/// Issues the TMA boxes of `part` of a whole tile starting at token t0 (one thread).
+__device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUtensorMap* map, const int32_t* table,
+                                              int64_t t0, uint32_t stage, int part, uint32_t bar) {
+  const int first = part_first_chunk(part);
+  const int page_size = 1 << p.page_shift;
+  if (page_size >= kBlockN) {  // the tile is (part of) one page
+    const int32_t page = table[t0 >> p.page_shift];
+    const int32_t row = int32_t(t0 & (page_size - 1));
+    for (int c = 0; c < part_chunks(part); ++c) {
+      tma_load_3d(stage + (first + c) * kChunkBytes, map, bar, (first + c) * kSwizzleValues, row, page);
+    }
+  } else {  // 64 / P pages of P rows; P >= 16 keeps every box 2048-byte (swizzle-atom) aligned
+    for (int j = 0; j < (kBlockN >> p.page_shift); ++j) {
+      const int32_t page = table[(t0 >> p.page_shift) + j];
+      for (int c = 0; c < part_chunks(part); ++c) {
+        tma_load_3d(stage + (first + c) * kChunkBytes + j * page_size * 128, map, bar, (first + c) * kSwizzleValues, 0,
+                    page);
+      }
+    }
+  }
+}
+
+/// Copies the 64 query rows of block `row_block` of request `req` (all producer threads).
+__device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int row_block, uint32_t dst, int ptid) {
+  constexpr int kPerRow = kChunks * 8;  // 72 pieces of 16 bytes
+  const uint8_t* q = static_cast<const uint8_t*>(p.q);
+  const uint8_t* q_req = q + int64_t(req) * p.q_stride_b * 2;
+  for (int idx = ptid; idx < kRows * kPerRow; idx += kWarpgroupThreads) {
+    const int row = idx / kPerRow;
+    const int rest = idx - row * kPerRow;
+    const int chunk = rest / 8;
+    const int piece = rest % 8;
+    const int m = row_block * kRows + row;
+    const uint8_t* src = q;
+    int bytes = 0;
+    if (m < p.rows) {
+      src = q_req + (int64_t(m / p.h_q) * p.q_stride_s + int64_t(m % p.h_q) * p.q_stride_h) * 2 + chunk * 128 +
+            piece * 16;
+      bytes = 16;
+    }
+    cp_async_16(dst + chunk * kChunkBytes + swizzle128(row, piece), src, bytes);
+  }
+}
+
+__device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
+                                             const Smem& sm, int partition, int row_block) {
+  const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
+  uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
+  uint32_t piece = 0;
+  for_each_piece(p, partition, kTileShift, [&](const Piece& pc) {
+    const int32_t* table = p.block_table + int64_t(pc.req) * p.block_table_stride;
+    for (int32_t j = 0; j < pc.n_tiles; ++j, ++g) {
+      const uint32_t st = g & 1;
+      const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
+      const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
+      const bool tma = use_tma && t0 + kBlockN <= pc.len;
+      const uint32_t stage = sm.stage(st);
+      // The order the owner (consumer st) computes Q K^T in: RoPE, its own V half, the other half.
+      const int order[3] = {kPartRope, int(st), int(st ^ 1)};
+#pragma unroll
+      for (int k = 0; k < 3; ++k) {
+        const int part = order[k];
+        mbar_wait(sm.empty(st, part), free_parity);
+        if (tma) {
+          if (ptid == 0) {
+            mbar_arrive_expect_tx(sm.full(st, part), part_bytes(part));
+            load_part_tma(p, map, table, t0, stage, part, sm.full(st, part));
+          } else {
+            mbar_arrive(sm.full(st, part));
+          }
+        } else {
+          load_part_rows(p, table, pc.len, t0, stage, part, ptid);
+          mbar_arrive_on_cp_async(sm.full(st, part));
+        }
+      }
+      if (j == 0) {  // Q after the first tile's copies are in flight
+        mbar_wait(sm.q_empty(), (piece & 1) ^ 1);
+        load_q(p, pc.req, row_block, sm.q(), ptid);
+        mbar_arrive_on_cp_async(sm.q_full());
+      }
+    }
+    ++piece;
+  });
+  cp_async_wait_all();  // no thread leaves with copies in flight
+}
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,27 @@
+#pragma once
+// Addresses of the Hopper decode kernel's shared memory (config.h's SmemLayout) for one CTA.
+
+#include <cstdint>
+
+#include "cuda/decode/sm90/config.h"
+
+namespace mlakit::cuda::decode::sm90 {
+
+struct Smem {
+  uint8_t* ptr;   // generic pointer of the 1024-byte aligned base
+  uint32_t base;  // its shared-window address (what PTX instructions take)
+
+  __device__ uint32_t q() const { return base + SmemLayout::q; }
+  __device__ uint32_t stage(uint32_t s) const { return base + SmemLayout::stage0 + s * kTileBytes; }
+  __device__ uint32_t p() const { return base + SmemLayout::p; }
+  __device__ uint32_t full(uint32_t s, int part) const { return base + SmemLayout::full + (s * kParts + part) * 8; }
+  __device__ uint32_t empty(uint32_t s, int part) const { return base + SmemLayout::empty + (s * kParts + part) * 8; }
+  __device__ uint32_t q_full() const { return base + SmemLayout::q_full; }
+  __device__ uint32_t q_empty() const { return base + SmemLayout::q_empty; }
+  __device__ float* row_max() const { return reinterpret_cast<float*>(ptr + SmemLayout::row_max); }
+  __device__ float* alpha(uint32_t s) const { return reinterpret_cast<float*>(ptr + SmemLayout::alpha) + s * kRows; }
+  /// Row sums of consumer w in the epilogue.
+  __device__ float* row_sum(int w) const { return reinterpret_cast<float*>(ptr + SmemLayout::row_sum) + w * kRows; }
+};
+
+}  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,43 @@
+#pragma once
+// Host code shared by every CUDA dense decode path (sm80/, sm90/): the checks they all make, the device
+// facts they look up, the kernel parameters filled from a problem, and the plan launch. Each path's own
+// host file adds only what differs: its tile shape, its occupancy and its kernel launch.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/common/device.h"
+#include "cuda/decode/smxx/config.h"
+#include "cuda/decode/smxx/params.h"
+#include "mlakit/problems.h"
+
+namespace mlakit::cuda::decode {
+
+KvKind kv_kind(KvFormat f);
+/// Query rows per request: s_q x h_q folded (row m = (i = m / h_q, h = m % h_q)).
+int64_t query_rows(const DecodeProblem& p);
+
+/// Checks every CUDA decode path makes (geometry, page sizes, q dtype against a 16-bit cache, 16-byte
+/// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
+Status check_decode_common(const DecodeProblem& p, const char* path);
+
+/// Facts of the current device that cannot change while the process lives, looked up once per (host
+/// thread, device): plan and run are called for every layer of every step, and the queries (device
+/// attributes, function attributes, occupancy) cost the host several microseconds each.
+struct DeviceFacts {
+  bool valid = false;
+  DeviceInfo info;
+  int sm80_ctas[2][3][3] = {};  // portable kernel CTAs per SM [bf16][KvKind][row groups 1, 2, 4]; 0 = not yet
+};
+Status device_facts(DeviceFacts** out);
+
+Status check_workspace_alignment(Workspace ws);
+WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions);
+/// The kernel parameters of `p`, with the plan and the partials at their places in `ws`.
+DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partitions);
+/// Launches the plan for kernels whose KV tiles hold 2^tile_shift tokens.
+Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift, cudaStream_t stream,
+                       bool pdl);
+
+}  // namespace mlakit::cuda::decode

@@ -1,0 +1,41 @@
+// The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer (decode/sm90/).
+// Every other operation is left to the portable backend, which selection reports by name. Availability
+// is checked per call from the current device and the kernel image; nothing is cached in globals.
+
+#include <memory>
+
+#include "cuda/ops.h"
+#include "mlakit/backend.h"
+
+namespace mlakit {
+namespace {
+
+class CudaSm90Backend final : public Backend {
+ public:
+  std::string name() const override { return "cuda_sm90"; }
+  std::string description() const override {
+    return "Hopper CUDA (sm_90a): wgmma tensor cores, TMA loads by a producer warpgroup, mbarrier pipeline";
+  }
+  DeviceType device_type() const override { return DeviceType::kCUDA; }
+  int priority() const override { return 20; }  // preferred over the portable 'cuda' where it can run
+  std::vector<Feature> features() const override { return cuda::decode_sm90_features(); }
+  Status available() const override { return cuda::decode_sm90_available(); }
+
+ protected:
+  Status do_supports_decode(const DecodeProblem& p) const override { return cuda::decode_sm90_supports(p); }
+  size_t do_workspace_bytes_decode(const DecodeProblem& p) const override {
+    return cuda::decode_sm90_workspace_bytes(p);
+  }
+  Status do_plan_decode(const DecodeProblem& p, Workspace ws, Stream s) const override {
+    return cuda::decode_sm90_plan(p, ws, s);
+  }
+  Status do_run_decode(const DecodeProblem& p, Workspace ws, Stream s) const override {
+    return cuda::decode_sm90_run(p, ws, s);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_sm90_backend() { return std::make_unique<CudaSm90Backend>(); }
+
+}  // namespace mlakit

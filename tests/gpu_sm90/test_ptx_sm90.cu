@@ -1,0 +1,303 @@
+// One test per wrapper of src/cuda/common/ptx_sm90.cuh, against plain host loops: the 128-byte swizzle
+// and the wgmma descriptors (K-major Q.K^T-like products, MN-major P.V-like products with P from shared
+// memory and from registers), the accumulator layout, TMA boxes of a paged cache (through the project's
+// own tensor-map encoder) completing on an mbarrier, and cp.async completing on an mbarrier.
+// Compiled for sm_90a only; skipped on other devices.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/decode/sm90/tensor_map.h"
+#include "mlakit/numeric.h"
+#include "mlakit/problems.h"
+
+namespace mlakit::cuda {
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+bool is_hopper() {
+  int n = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+#define SKIP_UNLESS_HOPPER() \
+  if (!is_hopper()) GTEST_SKIP() << "needs an sm_90 device"
+
+constexpr int kChunk = 8192;  // 64 rows x 128 bytes
+
+__device__ uint8_t* aligned_smem(uint8_t* raw) {
+  const uint32_t a = smem_addr(raw);
+  return raw + (1024u - a % 1024u) % 1024u;
+}
+
+/// Stores rows x (chunks x 64) 16-bit values from global (row-major, `ld` values per row) into `chunks`
+/// swizzled blocks of 64 rows (rows <= 64).
+__device__ void to_swizzled(const uint16_t* src, int rows, int chunks, int ld, uint8_t* dst) {
+  for (int idx = threadIdx.x; idx < rows * chunks * 8; idx += blockDim.x) {
+    const int row = idx / (chunks * 8);
+    const int c = (idx / 8) % chunks;
+    const int piece = idx % 8;
+    *reinterpret_cast<uint4*>(dst + c * kChunk + swizzle128(row, piece)) =
+        *reinterpret_cast<const uint4*>(src + row * ld + c * 64 + piece * 8);
+  }
+}
+
+/// Row and column of accumulator element i of this thread (wgmma m64nNk16, fp32).
+__device__ void acc_pos(int i, int* row, int* col) {
+  const int t = threadIdx.x % 128, lane = t % 32;
+  *row = (t / 32) * 16 + lane / 4 + 8 * ((i >> 1) & 1);
+  *col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
+}
+
+// D[64 x 64] = A[64 x 128] B[64 x 128]^T, both K-major over two chunks (eight k-steps).
+__global__ void qk_kernel(const uint16_t* a, const uint16_t* b, float* d) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* sm = aligned_smem(raw);
+  to_swizzled(a, 64, 2, 128, sm);
+  to_swizzled(b, 64, 2, 128, sm + 2 * kChunk);
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t sa = smem_addr(sm), sb = sa + 2 * kChunk;
+  float acc[32];
+  wgmma_fence();
+  for (int c = 0; c < 2; ++c)
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n64k16_ss<true>(acc, wgmma_desc(sa + c * kChunk + kk * 32, 16, 1024),
+                               wgmma_desc(sb + c * kChunk + kk * 32, 16, 1024), c + kk);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+  for (int i = 0; i < 32; ++i) {
+    int r, col;
+    acc_pos(i, &r, &col);
+    d[r * 64 + col] = acc[i];
+  }
+}
+
+// D[64 x 256] = P[64 x 64] V[64 x 256]; P K-major (one chunk) from shared memory or registers, V MN-major
+// (token rows of 64 values per chunk, four chunks).
+template <bool kPRegisters>
+__global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* sm = aligned_smem(raw);
+  to_swizzled(p, 64, 1, 64, sm);
+  to_swizzled(v, 64, 4, 256, sm + kChunk);
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t sp = smem_addr(sm), sv = sp + kChunk;
+  const int t = threadIdx.x, lane = t % 32, r0 = (t / 32) * 16 + lane / 4, tig = lane % 4;
+  uint32_t a[4][4];
+  for (int kk = 0; kk < 4; ++kk) {  // the m16n8k16 A fragment of rows r0, r0 + 8
+    auto pair = [&](int r, int k) { return uint32_t(p[r * 64 + k]) | (uint32_t(p[r * 64 + k + 1]) << 16); };
+    a[kk][0] = pair(r0, 16 * kk + 2 * tig);
+    a[kk][1] = pair(r0 + 8, 16 * kk + 2 * tig);
+    a[kk][2] = pair(r0, 16 * kk + 8 + 2 * tig);
+    a[kk][3] = pair(r0 + 8, 16 * kk + 8 + 2 * tig);
+  }
+  float acc[128];
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  wgmma_fence();
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t bv = wgmma_desc(sv + kk * 16 * 128, kChunk, 1024);
+    if constexpr (kPRegisters) {
+      wgmma_m64n256k16_rs_tb<true>(acc, a[kk], bv);
+    } else {
+      wgmma_m64n256k16_ss_tb<true>(acc, wgmma_desc(sp + kk * 32, 16, 1024), bv);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+  for (int i = 0; i < 128; ++i) {
+    int r, col;
+    acc_pos(i, &r, &col);
+    d[r * 256 + col] = acc[i];
+  }
+}
+
+// Copies `chunks` boxes (64 values x box_rows rows) at (64 c, row, page) of the tensor map into swizzled
+// shared memory through TMA, then every thread reads them back into out[box_rows][64 chunks].
+__global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int row, int page, int box_rows, int chunks,
+                           uint16_t* out) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* sm = aligned_smem(raw);
+  __shared__ alignas(8) uint64_t bar;
+  const uint32_t b = smem_addr(&bar);
+  if (threadIdx.x == 0) {
+    mbar_init(b, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(b, uint32_t(chunks * box_rows * 128));
+    for (int c = 0; c < chunks; ++c) tma_load_3d(smem_addr(sm) + c * kChunk, &map, b, c * 64, row, page);
+  }
+  mbar_wait(b, 0);
+  for (int idx = threadIdx.x; idx < box_rows * chunks * 64; idx += blockDim.x) {
+    const int r = idx / (chunks * 64), c = (idx / 64) % chunks, v = idx % 64;
+    out[idx] = *reinterpret_cast<const uint16_t*>(sm + c * kChunk + swizzle128(r, v / 8) + (v % 8) * 2);
+  }
+}
+
+// cp.async of n 16-byte pieces, completion through mbar_arrive_on_cp_async (one arrival per thread).
+__global__ void cp_async_kernel(const uint4* src, uint4* dst, int n) {
+  __shared__ uint4 buf[256];
+  __shared__ alignas(8) uint64_t bar;
+  const uint32_t b = smem_addr(&bar);
+  if (threadIdx.x == 0) mbar_init(b, blockDim.x);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) cp_async_16(smem_addr(&buf[i]), src + i, 16);
+  mbar_arrive_on_cp_async(b);
+  mbar_wait(b, 0);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = buf[i];
+}
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16(u(rng));
+  return v;
+}
+
+template <typename T>
+T* device_copy(const std::vector<T>& h) {
+  T* d = nullptr;
+  if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+
+/// max |got - want| / max(1, |want|) over all elements (fp32 accumulation of bf16 products: exact to ~1e-6).
+double worst_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - want[i]) / std::max(1.0, std::fabs(want[i]));
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
+TEST(PtxSm90, WgmmaKMajorBothOperands) {
+  SKIP_UNLESS_HOPPER();
+  const auto a = random_bf16(64 * 128, 1), b = random_bf16(64 * 128, 2);
+  uint16_t *da = device_copy(a), *db = device_copy(b);
+  float* dd = nullptr;
+  CUDA_OK(cudaMalloc(&dd, 64 * 64 * 4));
+  CUDA_OK(cudaMemset(dd, 0xFF, 64 * 64 * 4));
+  CUDA_OK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 5 * kChunk));
+  qk_kernel<<<1, 128, 5 * kChunk>>>(da, db, dd);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> got(64 * 64);
+  CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> want(64 * 64, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 128; ++k) want[m * 64 + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
+  EXPECT_LT(worst_error(got, want), 1e-5);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+}
+
+template <bool kPRegisters>
+void check_pv() {
+  const auto p = random_bf16(64 * 64, 3), v = random_bf16(64 * 256, 4);
+  uint16_t *dp = device_copy(p), *dv = device_copy(v);
+  float* dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&dd, 64 * 256 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dd, 0xFF, 64 * 256 * 4), cudaSuccess);
+  ASSERT_EQ(cudaFuncSetAttribute(pv_kernel<kPRegisters>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * kChunk),
+            cudaSuccess);
+  pv_kernel<kPRegisters><<<1, 128, 6 * kChunk>>>(dp, dv, dd);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  std::vector<float> got(64 * 256);
+  ASSERT_EQ(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<double> want(64 * 256, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 256; ++n)
+      for (int k = 0; k < 64; ++k) want[m * 256 + n] += double(bf16_to_float(p[m * 64 + k])) * bf16_to_float(v[k * 256 + n]);
+  EXPECT_LT(worst_error(got, want), 1e-5);
+  cudaFree(dp);
+  cudaFree(dv);
+  cudaFree(dd);
+}
+
+TEST(PtxSm90, WgmmaMnMajorBFromSharedA) {
+  SKIP_UNLESS_HOPPER();
+  check_pv<false>();
+}
+
+TEST(PtxSm90, WgmmaMnMajorBFromRegisterA) {
+  SKIP_UNLESS_HOPPER();
+  check_pv<true>();
+}
+
+// TMA boxes of a paged bf16 cache with padded page strides, for a page larger than the box and one smaller.
+TEST(PtxSm90, TmaBoxesOfAPagedCache) {
+  SKIP_UNLESS_HOPPER();
+  for (int page_size : {128, 16}) {
+    SCOPED_TRACE("page_size=" + std::to_string(page_size));
+    const int pages = 5, row_vals = 576, row_stride = row_vals * 2 + 64;      // padded rows
+    const int64_t page_stride = int64_t(page_size) * row_stride + 256;       // padded pages
+    std::vector<uint8_t> cache(size_t(pages * page_stride));
+    std::mt19937 rng(5);
+    for (auto& x : cache) x = uint8_t(rng());
+    uint8_t* dc = device_copy(cache);
+    KvCacheView kv;
+    kv.format = KvFormat::kBF16;
+    kv.pages = TensorView::strided(dc, DType::kUInt8, {pages, page_size, row_stride - 64}, {page_stride, row_stride, 1},
+                                   Device::cuda(0));
+    CUtensorMap map{};
+    const Status st = decode::sm90::encode_kv_tensor_map(kv, &map);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const int box_rows = std::min(page_size, 64), row = page_size > 64 ? 64 : 0, page = 3, chunks = 9;
+    uint16_t* dout = nullptr;
+    CUDA_OK(cudaMalloc(&dout, size_t(box_rows) * chunks * 64 * 2));
+    CUDA_OK(cudaFuncSetAttribute(tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 10 * kChunk));
+    tma_kernel<<<1, 128, 10 * kChunk>>>(map, row, page, box_rows, chunks, dout);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(size_t(box_rows) * chunks * 64);
+    CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int r = 0; r < box_rows; ++r)
+      for (int v = 0; v < row_vals; ++v) {
+        uint16_t want;
+        std::memcpy(&want, cache.data() + page * page_stride + int64_t(row + r) * row_stride + v * 2, 2);
+        bad += got[size_t(r) * row_vals + v] != want;
+      }
+    EXPECT_EQ(bad, 0);
+    cudaFree(dc);
+    cudaFree(dout);
+  }
+}
+
+TEST(PtxSm90, CpAsyncCompletesOnMbarrier) {
+  SKIP_UNLESS_HOPPER();
+  std::vector<uint32_t> src(256 * 4);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint32_t(i * 2654435761u);
+  uint32_t* ds = device_copy(src);
+  uint32_t* dd = nullptr;
+  CUDA_OK(cudaMalloc(&dd, src.size() * 4));
+  cp_async_kernel<<<1, 96>>>(reinterpret_cast<const uint4*>(ds), reinterpret_cast<uint4*>(dd), 256);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint32_t> got(src.size());
+  CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, src);
+  cudaFree(ds);
+  cudaFree(dd);
+}
+
+}  // namespace
+}  // namespace mlakit::cuda
