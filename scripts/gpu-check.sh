@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: configure (CUDA on), build with every core, run the gpu-labelled tests,
-# compute-sanitizer memcheck + racecheck on a subset, the decode benchmark (anchors preset, every format),
+# compute-sanitizer memcheck + racecheck + synccheck on a subset, the decode benchmark (anchors preset, every format),
 # and a summary printed last. Logs and JSON go to the output folder.
 # Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
 # Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
@@ -57,18 +57,19 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  
   note "pytest rc=$?: $(tail -1 "$OUT_DIR/pytest.log") in $(elapsed $start)"
 fi
 
-# compute-sanitizer on a subset of each GPU test program: one case per format and row-group count of
-# decode, the graph test, the all-empty batch, and every cache-operation test (they are small).
+# compute-sanitizer on a subset of each GPU test program: for each CUDA decode path one case per format and
+# row-group count, the graph test and the all-empty batch; every other test program whole (they are small).
+P=Cuda/DecodeMatrix.MatchesReference
 declare -A SAN_FILTER=(
-  [gpu_test_decode]='Cuda/DecodeMatrix.MatchesReference/bf16_P64_h16:Cuda/DecodeMatrix.MatchesReference/fp8_ds_mla_P1_h9:Cuda/DecodeMatrix.MatchesReference/fp8_e4m3_P16_h63:Cuda/DecodeMatrix.MatchesReference/fp16_P32_h128:DecodeGraph.*:DecodeEdges.AllEmpty'
+  [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
 )
-# racecheck on the decode subset only: it is the kernel with shared-memory exchanges between warps.
+# racecheck and synccheck on the decode subset only: its kernels exchange data between warps and warpgroups.
 if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   for bin in "$BUILD"/tests/gpu_test_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     tools="memcheck"
-    [ "$name" = gpu_test_decode ] && tools="memcheck racecheck"
+    [ "$name" = gpu_test_decode ] && tools="memcheck racecheck synccheck"
     for tool in $tools; do
       start=$(date +%s)
       compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
