@@ -29,8 +29,6 @@
 
 namespace mlakit::cuda::decode {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kWarpSize = 32;
 inline constexpr int kChunk = 16;  // bytes per cp.async / vector access
 

@@ -24,9 +24,6 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
-
 /// Descriptor of a K-major operand (Q, K, P): 64-value rows, 8-row atoms of 1024 bytes.
 __device__ __forceinline__ uint64_t k_major(uint32_t addr) { return wgmma_desc(addr, 16, 1024); }
 /// Descriptor of V as an MN-major B operand: token rows of 64 values per chunk, chunks kChunkBytes apart.
