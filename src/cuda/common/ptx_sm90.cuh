@@ -59,16 +59,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #endif
 }
 
-// ---- fences, named barriers, register reallocation ----
+// ---- fences, register reallocation ----
 
 /// Orders this thread's ordinary shared-memory writes before later reads by the asynchronous proxy
 /// (wgmma operands, TMA stores).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-/// Arrives at named barrier `id` (1..15) without waiting; a matching bar.sync of the other threads waits.
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
