@@ -98,7 +98,8 @@ Status dims(const MlaDims& d, std::string_view name) {
   return {};
 }
 
-Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor) {
+Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
+                PageRule page_rule) {
   const std::string pages = field(name, "pages");
   MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
@@ -109,7 +110,9 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
   MLAKIT_TRY(tensor(kv.pages, pages, {DType::kUInt8}, 3, "[num_pages, page_size, row_bytes]"));
   MLAKIT_TRY(same_device(kv.pages, pages, device, anchor));
   const int64_t p = kv.page_size();
-  if (p < kMinPageSize || p > kMaxPageSize || (p & (p - 1)) != 0) {
+  if (page_rule == PageRule::kAny) {
+    MLAKIT_TRY(range("page_size", p, 1, INT32_MAX, pages + ".shape[1]; sparse decode takes any page size"));
+  } else if (p < kMinPageSize || p > kMaxPageSize || (p & (p - 1)) != 0) {
     return fail("page_size", p,
                 "must be a power of two in [" + std::to_string(kMinPageSize) + ", " + std::to_string(kMaxPageSize) +
                     "] (" + pages + ".shape[1])");

@@ -33,8 +33,12 @@ Status same_device(const TensorView& t, std::string_view name, Device device, st
 Status positive_finite(std::string_view field, double value, std::string_view note = {});
 /// Latent geometry: d_c >= 1, d_r >= 0 and even.
 Status dims(const MlaDims& d, std::string_view name);
+/// Which page sizes a cache may have (SPEC.md section 2): operations that walk a block table need a power of
+/// two in [kMinPageSize, kMaxPageSize]; sparse decode locates rows by id alone and takes any P >= 1.
+enum class PageRule { kPowerOfTwo, kAny };
 /// A paged cache: layout, page size rule, format/geometry, strides, scale; on `device`.
-Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor);
+Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
+                PageRule page_rule = PageRule::kPowerOfTwo);
 
 /// For CPU-resident inputs only: L_b in [0, max_pages * P] and every page in use in [0, num_pages).
 Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv);

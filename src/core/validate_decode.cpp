@@ -11,13 +11,13 @@ constexpr auto kLseLayout = "[b, s_q, h_q]";
 
 /// What dense and sparse decode share: q, the cache, out, lse and tau.
 Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const TensorView& out,
-                              const TensorView& lse, float softmax_scale) {
+                              const TensorView& lse, float softmax_scale, check::PageRule page_rule) {
   MLAKIT_TRY(check::tensor(q, "q", {DType::kBF16, DType::kFP16}, 4, kQLayout));
   const Device dev = q.device;
   MLAKIT_TRY(check::range("b", q.shape[0], 1, INT32_MAX, "q.shape[0]"));
   MLAKIT_TRY(check::range("s_q", q.shape[1], 1, kMaxQueryTokens, "q.shape[1]"));
   MLAKIT_TRY(check::range("h_q", q.shape[2], 1, kMaxHeads, "q.shape[2]"));
-  MLAKIT_TRY(check::kv_cache(kv, "kv", dev, "q"));
+  MLAKIT_TRY(check::kv_cache(kv, "kv", dev, "q", page_rule));
   MLAKIT_TRY(check::dim(q, "q", 3, kv.dims.d_qk(), "d_qk = d_c + d_r"));
 
   MLAKIT_TRY(check::tensor(out, "out", {q.dtype}, 4, kOutLayout));
@@ -36,7 +36,7 @@ Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const 
 }  // namespace
 
 Status DecodeProblem::validate() const {
-  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale));
+  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kPowerOfTwo));
   const int64_t b = batch();
   MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 2, "[b, max_pages]"));
   MLAKIT_TRY(check::same_device(block_table, "block_table", q.device, "q"));
@@ -50,7 +50,7 @@ Status DecodeProblem::validate() const {
 }
 
 Status SparseDecodeProblem::validate() const {
-  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale));
+  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kAny));
   const Device dev = q.device;
   MLAKIT_TRY(check::tensor(indices, "indices", {DType::kInt32}, 3, "[b, s_q, topk]"));
   MLAKIT_TRY(check::same_device(indices, "indices", dev, "q"));

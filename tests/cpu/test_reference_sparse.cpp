@@ -306,5 +306,34 @@ TEST(SparseThroughBackend, RegistryReferenceMatchesDirectCall) {
   EXPECT_EQ(direct.lse, via.lse);
 }
 
+// SPEC.md section 2: rows are located by id alone, so sparse decode takes any page size (FlashMLA's tests use
+// 2, 53, 61, 69 and 576), while dense decode keeps its power-of-two rule.
+TEST(SparsePageSize, AnyPageSizeIsAcceptedDenseStillNeedsPowerOfTwo) {
+  const Registry registry = make_default_registry();
+  const Backend* backend = registry.get("reference");
+  ASSERT_NE(backend, nullptr);
+  for (int64_t page_size : {2, 53, 69, 576}) {
+    SparseCaseConfig cfg;
+    cfg.page_size = page_size;
+    cfg.num_pages = 130 / page_size + 2;
+    cfg.seed = uint64_t(page_size);
+    SparseCase c = SparseCase::generate(cfg);
+    SparseCase direct = c;
+    ASSERT_TRUE(reference::sparse_decode(direct.problem()).ok());
+    const SparseDecodeProblem p = c.problem();
+    ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+    std::vector<uint8_t> ws(backend->workspace_bytes(p) + 1);
+    const Status st = backend->run(p, Workspace{ws.data(), ws.size()}, nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(direct.out, c.out);
+  }
+  test::DecodeCase dense = test::DecodeCase::generate(test::DecodeCaseConfig{});
+  DecodeProblem dp = dense.problem();
+  dp.kv.pages.shape[1] = 53;
+  const Status s = dp.validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("page_size=53: must be a power of two"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace mlakit
