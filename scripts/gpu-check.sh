@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: configure (CUDA on), build with every core, run the gpu-labelled tests,
 # compute-sanitizer memcheck + racecheck + synccheck on a subset, the decode benchmark (anchors preset, every format),
+# the sparse benchmark (anchors preset),
 # and a summary printed last. Logs and JSON go to the output folder.
 # Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
 # Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
+#   GPU_CHECK_SPARSE_BENCH_ARGS (default "--preset anchors"),
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
 #   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1. Each stage reuses the build of the last call.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) and .testdata/flashmla
@@ -60,16 +62,18 @@ fi
 # compute-sanitizer on a subset of each GPU test program: for each CUDA decode path one case per format and
 # row-group count, the graph test and the all-empty batch; every other test program whole (they are small).
 P=Cuda/DecodeMatrix.MatchesReference
+S=Cuda/SparseMatrix.MatchesReference
 declare -A SAN_FILTER=(
   [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
+  [gpu_test_sparse_decode]="$S/bf16_h16:$S/fp8_ds_mla_h128:$S/fp8_e4m3_h3:$S/fp16_h63:SparseEdges.AllInvalidRowsAndEmptyLengths:SparseEdges.IdsPastTheCacheAreNoKey:SparseEdges.SplitRequestWithSink:SparseEdges.PaddedPageStride:SparseGraph.*"
 )
-# racecheck and synccheck on the decode subset only: its kernels exchange data between warps and warpgroups.
+# racecheck and synccheck on the decode subsets only: their kernels exchange data between warps and warpgroups.
 if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   for bin in "$BUILD"/tests/gpu_test_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     tools="memcheck"
-    [ "$name" = gpu_test_decode ] && tools="memcheck racecheck synccheck"
+    case $name in gpu_test_decode | gpu_test_sparse_decode) tools="memcheck racecheck synccheck" ;; esac
     for tool in $tools; do
       start=$(date +%s)
       compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
@@ -85,6 +89,10 @@ start=$(date +%s)
 "$BUILD/tools/mlakit/mlakit" bench ${GPU_CHECK_BENCH_ARGS:---preset anchors --kv-format all} --json "$OUT_DIR/bench.json" \
   > "$OUT_DIR/bench.txt" 2> "$OUT_DIR/bench.err"
 note "mlakit bench rc=$? in $(elapsed $start)"
+start=$(date +%s)
+"$BUILD/tools/mlakit/mlakit" bench --mode sparse ${GPU_CHECK_SPARSE_BENCH_ARGS:---preset anchors} \
+  >> "$OUT_DIR/bench.txt" 2>> "$OUT_DIR/bench.err"
+note "mlakit bench --mode sparse rc=$? in $(elapsed $start)"
 if [ "${GPU_CHECK_SKIP_CACHE_BENCH:-0}" != 1 ]; then
   start=$(date +%s)
   for mode in "append" "append --rope" "gather"; do

@@ -23,6 +23,7 @@ class CudaBackend final : public Backend {
 
   std::vector<Feature> features() const override {
     std::vector<Feature> all = cuda::decode_features();
+    for (Feature& f : cuda::sparse_decode_features()) all.push_back(std::move(f));
     for (Feature& f : cuda::cache_features()) all.push_back(std::move(f));
     return all;
   }
@@ -45,6 +46,15 @@ class CudaBackend final : public Backend {
   }
   Status do_run_decode(const DecodeProblem& p, Workspace ws, Stream s) const override {
     return cuda::decode_run(p, ws, s);
+  }
+  Status do_supports_sparse_decode(const SparseDecodeProblem& p) const override {
+    return cuda::sparse_decode_supports(p);
+  }
+  size_t do_workspace_bytes_sparse_decode(const SparseDecodeProblem& p) const override {
+    return cuda::sparse_decode_workspace_bytes(p);
+  }
+  Status do_run_sparse_decode(const SparseDecodeProblem& p, Workspace ws, Stream s) const override {
+    return cuda::sparse_decode_run(p, ws, s);
   }
 
   Status do_supports_append_kv(const AppendKvProblem& p) const override { return cuda::append_kv_supports(p); }

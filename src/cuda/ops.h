@@ -18,6 +18,12 @@ size_t decode_workspace_bytes(const DecodeProblem& p);
 Status decode_plan(const DecodeProblem& p, Workspace ws, Stream stream);
 Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream);
 
+// decode/sm80: the portable sparse decode (issue 9); run includes the device-side plan
+std::vector<Feature> sparse_decode_features();
+Status sparse_decode_supports(const SparseDecodeProblem& p);
+size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p);
+Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stream);
+
 // decode/sm90: the Hopper dense decode (issue 8)
 std::vector<Feature> decode_sm90_features();
 Status decode_sm90_available();

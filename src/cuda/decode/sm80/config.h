@@ -47,9 +47,9 @@ static_assert(raw_row_stride(KvKind::kE4M3) == 592 && raw_row_stride(KvKind::kDs
 
 /// Shared-memory layout of one decode CTA, in bytes.
 struct SmemLayout {
-  int q_off, tile_off, raw_off, xch_p_off, xch_m_off, total;
+  int q_off, tile_off, raw_off, xch_p_off, xch_m_off, valid_off, total;
 };
-constexpr SmemLayout smem_layout(KvKind k, int row_groups) {
+constexpr SmemLayout smem_layout(KvKind k, int row_groups, bool sparse) {
   SmemLayout s{};
   s.q_off = 0;
   const int q_bytes = row_groups * kRowsPerGroup * kSmemRowBytes;
@@ -64,11 +64,15 @@ constexpr SmemLayout smem_layout(KvKind k, int row_groups) {
   s.xch_m_off = s.xch_p_off + xch_p_bytes;
   // Row maxima and final row sums exchanged between the warps of a row group: 16 floats per warp.
   const int xch_m_bytes = row_groups * warps_per_group(row_groups) * kRowsPerGroup * 4;
-  s.total = s.xch_m_off + xch_m_bytes;
+  s.valid_off = s.xch_m_off + xch_m_bytes;
+  // Sparse decode: one byte per row of each stage, 1 when its id is valid (the row was copied), so that the
+  // softmax masks the zero-filled rows of invalid ids.
+  const int valid_bytes = sparse ? kStages * kBlockN : 0;
+  s.total = s.valid_off + valid_bytes;
   return s;
 }
 // The largest layout (64 rows, ds_mla) must fit the 163 KB an sm_80 block may opt into.
-static_assert(smem_layout(KvKind::kDsMla, kMaxRowGroups).total <= 163 * 1024);
-static_assert(smem_layout(KvKind::k16Bit, kMaxRowGroups).total <= 163 * 1024);
+static_assert(smem_layout(KvKind::kDsMla, kMaxRowGroups, true).total <= 163 * 1024);
+static_assert(smem_layout(KvKind::k16Bit, kMaxRowGroups, true).total <= 163 * 1024);
 
 }  // namespace mlakit::cuda::decode

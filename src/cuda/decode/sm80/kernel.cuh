@@ -1,8 +1,12 @@
 #pragma once
-// Dense MLA decode on SM80+ tensor cores (issue 3, SPEC.md section 1). Device code only.
+// MLA decode on SM80+ tensor cores: dense (issue 3, SPEC.md section 1) and sparse (issue 9, section 2).
+// Device code only.
 //
 // One CTA = one row block (up to 64 query rows, h_q x s_q folded into M) x one partition of the
-// batch's KV work (plan.cu). A CTA walks the (request, tile range) pieces of its partition; for each it
+// batch's KV work (plan.cu). Sparse decode is the same kernel with kSparse: its plan requests are single
+// query tokens (b, i), so a CTA's rows are heads, and the "tokens" of a request are its index columns, whose
+// rows are found through indices instead of the block table. An invalid id (negative, or past the cache)
+// is never dereferenced: its row is zero-filled and masked out of the softmax. A CTA walks the (request, tile range) pieces of its partition; for each it
 // streams 32-token KV tiles through shared memory with cp.async (kStages deep) and runs an online
 // softmax in fp32.
 //
@@ -98,14 +102,14 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, 
   }
 }
 
-template <bool kBf16, KvKind kKind, int kRowGroups>
+template <bool kBf16, KvKind kKind, int kRowGroups, bool kSparse>
 __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWarpSize, 1)
     decode_kernel(const DecodeParams p) {
   constexpr int kW = warps_per_group(kRowGroups);  // warps per row group
   constexpr int kWarps = kRowGroups * kW;
   constexpr int kThreads = kWarps * kWarpSize;
   constexpr int kRows = kRowGroups * kRowsPerGroup;
-  constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups);
+  constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups, kSparse);
   constexpr int kQChunks = kDimQK / kVec16;   // 72 16-byte pieces per q row
   constexpr int kKSteps = kDimQK / 16;        // 36 mma k-steps for Q K^T
   constexpr int kTokW = kBlockN / kW;         // tokens of the tile whose scores a warp computes: 16 or 8
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
   uint8_t* const raw_smem = smem + kSmem.raw_off;
   uint2* const xch_p = reinterpret_cast<uint2*>(smem + kSmem.xch_p_off);
   float* const xch_m = reinterpret_cast<float*>(smem + kSmem.xch_m_off);
+  uint8_t* const row_valid = smem + kSmem.valid_off;  // [kStages][kBlockN], sparse decode only
 
   const int tid = threadIdx.x;
   const int lane = tid % kWarpSize;
@@ -156,7 +161,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
   const float* const group_x = xch_m + rg * kW * kRowsPerGroup;
 
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
-    const int32_t len = load_seq_len(p.seq_lens, p.seq_lens_stride, r);
+    const int32_t len = request_len(p.lens, r);
     const int32_t tiles = request_tiles(len, kTileShift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;
@@ -177,7 +182,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     }
 
     // ---- Q rows of this request into shared memory ----
-    const uint8_t* q_req = static_cast<const uint8_t*>(p.q) + int64_t(r) * p.q_stride_b * 2;
+    const uint8_t* q_req = static_cast<const uint8_t*>(p.q) + request_offset(p, r, p.q_stride_b, p.q_stride_s) * 2;
     for (int c = tid; c < kRows * kQChunks; c += kThreads) {
       const int row = c / kQChunks;
       const int ch = c % kQChunks;
@@ -193,45 +198,51 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       cp_async_16(q_base + row * kSmemRowBytes + ch * kChunk, src, bytes);
     }
 
-    // KV tiles: lane t < kLoadTok of each warp looks up the page of row t of the warp's rows once per
-    // tile; the warp then copies its rows one by one, taking each page id from that lane by shuffle.
-    // The page ids of the tile after next are loaded one iteration early, so the block-table latency
-    // hides behind the math.
-    const int32_t* bt_row = p.block_table + int64_t(r) * p.block_table_stride;
-    const int64_t page_mask = (int64_t(1) << p.page_shift) - 1;
-    auto page_of = [&](int32_t tile) -> int32_t {  // -1: past kv_hi (zero-filled, never read)
+    // KV tiles: lane t < kLoadTok of each warp looks up where row t of the warp's rows lives once per tile
+    // (its byte offset in the pool, -1 for a row that is not read); the warp then copies its rows, taking each
+    // offset from that lane by shuffle. The offsets of the tile after next are looked up one iteration
+    // early, so the block-table (or indices) latency hides behind the math.
+    auto row_offset = [&](int32_t tile) -> int64_t {
       const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
-      return lane < kLoadTok && t < kv_hi ? bt_row[t >> p.page_shift] : -1;
+      if (lane >= kLoadTok || t >= kv_hi) return -1;
+      if constexpr (kSparse) {
+        const int32_t id = p.indices[request_offset(p, r, p.indices_stride_b, p.indices_stride_s) + t];
+        if (id < 0 || id >= p.num_rows) return -1;  // SPEC.md section 2: no key, never dereferenced
+        const int32_t page = id / p.page_size;
+        return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
+      } else {
+        const int32_t page = p.block_table[int64_t(r) * p.block_table_stride + (t >> p.page_shift)];
+        return int64_t(page) * p.page_stride_bytes + (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
+      }
     };
-    auto load_tile = [&](int stage, int32_t tile, int32_t lane_page) {
+    auto load_tile = [&](int stage, int64_t lane_off) {
+      if constexpr (kSparse) {
+        if (lane < kLoadTok) row_valid[stage * kBlockN + warp * kLoadTok + lane] = lane_off >= 0;
+      }
       if constexpr (kRowGroups > 1) {
         // Compute-bound CTAs (>= 32 rows): version 3's mapping, kThreads / kBlockN threads per row, each
         // issuing its 16-byte pieces back to back: fewer issue slots per tile than the row-by-row loop
         // below, which cost these CTAs 2 - 7% (docs/performance.md, version 4). A warp's rows are the ones
-        // its lanes looked up, so one shuffle still brings each page id.
+        // its lanes looked up, so one shuffle still brings each offset.
         constexpr int kTpt = kThreads / kBlockN;
         static_assert(kThreads % kBlockN == 0 && kTpt * kLoadTok == kWarpSize, "warp w copies the rows it looked up");
         const int tok = tid / kTpt;
-        const int64_t t = int64_t(tile) * kBlockN + tok;
-        const int32_t page = __shfl_sync(0xffffffffu, lane_page, tok % kLoadTok);
-        const bool valid = page >= 0;
-        const uint8_t* src =
-            valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+        const int64_t off = __shfl_sync(0xffffffffu, lane_off, tok % kLoadTok);
+        const bool valid = off >= 0;
+        const uint8_t* src = valid ? p.pages + off : p.pages;
         const uint32_t dst = raw_base + (stage * kBlockN + tok) * RR::kStride;
 #pragma unroll
         for (int j = 0; j < (RR::kChunks + kTpt - 1) / kTpt; ++j) {
           const int ch = tid % kTpt + j * kTpt;
           if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
         }
-      } else {  // one row group: each warp copies its rows one by one, the page id taken by shuffle
+      } else {  // one row group: each warp copies its rows one by one, the offset taken by shuffle
 #pragma unroll
         for (int i = 0; i < kLoadTok; ++i) {
           const int row = warp * kLoadTok + i;
-          const int64_t t = int64_t(tile) * kBlockN + row;
-          const int32_t page = __shfl_sync(0xffffffffu, lane_page, i);
-          const bool valid = page >= 0;
-          const uint8_t* src =
-              valid ? p.pages + int64_t(page) * p.page_stride_bytes + (t & page_mask) * p.row_stride_bytes : p.pages;
+          const int64_t off = __shfl_sync(0xffffffffu, lane_off, i);
+          const bool valid = off >= 0;
+          const uint8_t* src = valid ? p.pages + off : p.pages;
           const uint32_t dst = raw_base + (stage * kBlockN + row) * RR::kStride;
 #pragma unroll
           for (int j = 0; j < kLoadIters; ++j) {
@@ -242,10 +253,10 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       }
     };
 
-    int32_t page_next = page_of(t_begin);
-    load_tile(0, t_begin, page_next);
+    int64_t off_next = row_offset(t_begin);
+    load_tile(0, off_next);
     cp_async_commit();
-    page_next = n_tiles > 1 ? page_of(t_begin + 1) : -1;
+    off_next = n_tiles > 1 ? row_offset(t_begin + 1) : -1;
 
     float o[kNTilesO][4];
 #pragma unroll
@@ -255,8 +266,8 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 
     for (int it = 0; it < n_tiles; ++it) {
       if (it + 1 < n_tiles) {
-        load_tile((it + 1) % kStages, t_begin + it + 1, page_next);
-        page_next = it + 2 < n_tiles ? page_of(t_begin + it + 2) : -1;
+        load_tile((it + 1) % kStages, off_next);
+        off_next = it + 2 < n_tiles ? row_offset(t_begin + it + 2) : -1;
       }
       cp_async_commit();
       cp_async_wait<kStages - 1>();
@@ -309,12 +320,14 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       for (int n = 0; n < kNT; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int64_t tok = t0 + wi * kTokW + n * 8 + 2 * tig + (j & 1);
+          const int col = wi * kTokW + n * 8 + 2 * tig + (j & 1);
           float v = 0.0f;
 #pragma unroll
           for (int c = 0; c < kChains; ++c) v += acc[c][n][j];
           v *= scale_log2;
-          s[n][j] = tok < limit[j / 2] ? v : -INFINITY;
+          bool visible = t0 + col < limit[j / 2];
+          if constexpr (kSparse) visible = visible && row_valid[(it % kStages) * kBlockN + col] != 0;
+          s[n][j] = visible ? v : -INFINITY;
           mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
         }
 #pragma unroll
@@ -417,20 +430,24 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       const int m = row_block * kRows + rg * kRowsPerGroup + gid + 8 * k;
       if (m >= p.rows) continue;
       const bool empty = !(l_tot[k] > 0.0f);
-      const float inv = empty ? 0.0f : kv_scale / l_tot[k];
       const float lse = empty ? -INFINITY : (m_run[k] + log2f(l_tot[k])) * kLn2;
       const int i = m / p.h_q;
       const int h = m % p.h_q;
+      float inv = empty ? 0.0f : kv_scale / l_tot[k];
+      if constexpr (kSparse) {
+        if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
+      }
       if (direct) {
-        uint8_t* orow = static_cast<uint8_t*>(p.out) +
-                        (int64_t(r) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+        uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset(p, r, p.out_stride_b, p.out_stride_s) +
+                                                        int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
 #pragma unroll
         for (int n = 0; n < kNTilesO; ++n) {
           const int col = wi * kColsW + n * 8 + 2 * tig;
           *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<kBf16>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
         }
         if (p.lse != nullptr && wi == 0 && tig == 0)
-          p.lse[int64_t(r) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
+          p.lse[request_offset(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
+                int64_t(h) * p.lse_stride_h] = lse;
       } else {
         float* orow = p.part_out + (slot * p.rows + m) * kDimV;
 #pragma unroll

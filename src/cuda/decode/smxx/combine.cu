@@ -10,6 +10,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/decode/smxx/launch.h"
+#include "cuda/decode/smxx/plan.cuh"
 
 namespace mlakit::cuda::decode {
 namespace {
@@ -20,19 +21,20 @@ constexpr int kColsPerCta = kWarpSize * kColsPerLane;            // 128 columns 
 constexpr int kColChunks = kDimV / kColsPerCta;                  // 4 CTAs per output row
 static_assert(kColChunks * kColsPerCta == kDimV);
 
-// Grid: (rows x 4 column chunks, b). The warps of a CTA take every 8th split each, so a request split
+// Grid: (plan requests, rows x 4 column chunks): requests on x, whose limit is 2^31 - 1, because sparse
+// prefill has up to 65,536 x 8 of them (y stops at 65,535). The warps of a CTA take every 8th split each, so a request split
 // 264 ways (b = 1 spread over all SMs) needs 33 dependent steps per warp instead of 264.
 template <bool kBf16>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(const DecodeParams p) {
   __shared__ float4 partial[kCombineWarps][kWarpSize];
   pdl_wait();
-  const int r = blockIdx.y;
+  const int r = blockIdx.x;
   const RequestPlan rp = p.plan_requests[r];
   if (rp.num_splits <= 1) return;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  const int m = blockIdx.x / kColChunks;
-  const int chunk = blockIdx.x % kColChunks;
+  const int m = blockIdx.y / kColChunks;
+  const int chunk = blockIdx.y % kColChunks;
   const int n = rp.num_splits;
   const int64_t base = rp.split_base;
 
@@ -72,21 +74,29 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   }
   const int i = m / p.h_q;
   const int h = m % p.h_q;
-  uint8_t* orow = static_cast<uint8_t*>(p.out) +
-                  (int64_t(r) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+  if (!empty) {
+    const float f = sink_factor(p, h, lse);
+    acc.x *= f;
+    acc.y *= f;
+    acc.z *= f;
+    acc.w *= f;
+  }
+  uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset(p, r, p.out_stride_b, p.out_stride_s) +
+                                                  int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
   const int col = chunk * kColsPerCta + lane * kColsPerLane;
   uint2 v;
   v.x = pack_float2<kBf16>(acc.x, acc.y);
   v.y = pack_float2<kBf16>(acc.z, acc.w);
   *reinterpret_cast<uint2*>(orow + col * 2) = v;
   if (p.lse != nullptr && chunk == 0 && lane == 0)
-    p.lse[int64_t(r) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
+    p.lse[request_offset(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
+          int64_t(h) * p.lse_stride_h] = lse;
 }
 
 }  // namespace
 
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
-  PdlLaunch l(dim3(p.rows * kColChunks, p.batch), dim3(kCombineWarps * kWarpSize), 0, stream, pdl);
+  PdlLaunch l(dim3(p.batch, p.rows * kColChunks), dim3(kCombineWarps * kWarpSize), 0, stream, pdl);
   if (bf16) {
     MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, combine_kernel<true>, p));
   } else {

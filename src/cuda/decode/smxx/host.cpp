@@ -35,6 +35,99 @@ Status check_rows_16(const TensorView& t, const char* name, const std::string& p
   return {};
 }
 
+/// What every CUDA decode path needs of q, the cache and out, dense or sparse: the geometry, q's dtype against a
+/// 16-bit cache, 16-byte aligned rows.
+Status check_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView& out, const std::string& path) {
+  if (kv.dims.d_c != kDimC) {
+    return Status::not_supported("kv.dims.d_c=" + std::to_string(kv.dims.d_c) + ": " + path + " implements d_c=" +
+                                 std::to_string(kDimC) + " only");
+  }
+  if (kv.dims.d_r != kDimR) {
+    return Status::not_supported("kv.dims.d_r=" + std::to_string(kv.dims.d_r) + ": " + path + " implements d_r=" +
+                                 std::to_string(kDimR) + " only");
+  }
+  if (kv.format == KvFormat::kBF16 && q.dtype != DType::kBF16) {
+    return Status::not_supported(std::string("q.dtype=") + dtype_name(q.dtype) + ": " + path +
+                                 " needs q in bf16 for a bf16 cache (the mma operands share one type)");
+  }
+  if (kv.format == KvFormat::kFP16 && q.dtype != DType::kFP16) {
+    return Status::not_supported(std::string("q.dtype=") + dtype_name(q.dtype) + ": " + path +
+                                 " needs q in fp16 for an fp16 cache (the mma operands share one type)");
+  }
+  MLAKIT_TRY(check_rows_16(q, "q", path));
+  MLAKIT_TRY(check_rows_16(out, "out", path));
+  if (!aligned(kv.pages.data)) {
+    return Status::not_supported("kv.pages.data: must be 16-byte aligned (" + path + " copies 16-byte pieces)");
+  }
+  for (int d = 0; d < 2; ++d) {
+    if (kv.pages.stride[d] % kAlignBytes != 0) {
+      return Status::not_supported("kv.pages.stride[" + std::to_string(d) + "]=" + std::to_string(kv.pages.stride[d]) +
+                                   ": must be a multiple of 16 bytes for " + path);
+    }
+  }
+  return {};
+}
+
+/// q, the cache, out, lse and tau into `d`: the fields dense and sparse decode fill alike.
+void fill_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView& out, const TensorView& lse,
+                   float softmax_scale, DecodeParams& d) {
+  d.q = q.data;
+  d.q_stride_b = q.stride[0];
+  d.q_stride_s = q.stride[1];
+  d.q_stride_h = q.stride[2];
+  d.pages = static_cast<const uint8_t*>(kv.pages.data);
+  d.page_stride_bytes = kv.pages.stride[0];
+  d.row_stride_bytes = kv.pages.stride[1];
+  d.out = out.data;
+  d.out_stride_b = out.stride[0];
+  d.out_stride_s = out.stride[1];
+  d.out_stride_h = out.stride[2];
+  d.lse = lse.defined() ? static_cast<float*>(lse.data) : nullptr;
+  if (lse.defined()) {
+    d.lse_stride_b = lse.stride[0];
+    d.lse_stride_s = lse.stride[1];
+    d.lse_stride_h = lse.stride[2];
+  }
+  d.kv_scale = kv.kv_scale;
+  d.kv_scale_value = kv.kv_scale_value;
+  d.softmax_scale = softmax_scale;
+}
+
+/// The plan and partial slots of `d` at their places in `ws`.
+void place_plan(Workspace ws, const WorkspaceLayout& w, int64_t partitions, DecodeParams& d) {
+  uint8_t* base = static_cast<uint8_t*>(ws.data);
+  d.partitions = int32_t(partitions);
+  d.plan_partitions = reinterpret_cast<const PartitionStart*>(base + w.partitions_off);
+  d.plan_requests = reinterpret_cast<const RequestPlan*>(base + w.requests_off);
+  d.part_lse = reinterpret_cast<float*>(base + w.part_lse_off);
+  d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
+}
+
+RequestLengths dense_lengths(const DecodeProblem& p) {
+  return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX};
+}
+
+RequestLengths sparse_lengths(const SparseDecodeProblem& p) {
+  const bool given = p.topk_length.defined();
+  return RequestLengths{given ? static_cast<const int32_t*>(p.topk_length.data) : nullptr,
+                        given ? p.topk_length.stride[0] : 0, int32_t(p.s_q()), int32_t(p.topk())};
+}
+
+Status launch_plan_with(RequestLengths lens, int64_t requests, const WorkspaceLayout& w, Workspace ws,
+                        int64_t partitions, int tile_shift, cudaStream_t stream, bool pdl) {
+  MLAKIT_TRY(check_workspace_alignment(ws));
+  uint8_t* base = static_cast<uint8_t*>(ws.data);
+  PlanParams pp{};
+  pp.lens = lens;
+  pp.batch = int32_t(requests);
+  pp.partitions = int32_t(partitions);
+  pp.tile_shift = tile_shift;
+  pp.partitions_out = reinterpret_cast<PartitionStart*>(base + w.partitions_off);
+  pp.requests_out = reinterpret_cast<RequestPlan*>(base + w.requests_off);
+  pp.cost_scratch = reinterpret_cast<int64_t*>(base + w.cost_off);
+  return launch_plan(pp, stream, pdl);
+}
+
 }  // namespace
 
 KvKind kv_kind(KvFormat f) {
@@ -49,14 +142,7 @@ int64_t query_rows(const DecodeProblem& p) { return p.s_q() * p.h_q(); }
 
 Status check_decode_common(const DecodeProblem& p, const char* path_name) {
   const std::string path = path_name;
-  if (p.kv.dims.d_c != kDimC) {
-    return Status::not_supported("kv.dims.d_c=" + std::to_string(p.kv.dims.d_c) + ": " + path + " implements d_c=" +
-                                 std::to_string(kDimC) + " only");
-  }
-  if (p.kv.dims.d_r != kDimR) {
-    return Status::not_supported("kv.dims.d_r=" + std::to_string(p.kv.dims.d_r) + ": " + path + " implements d_r=" +
-                                 std::to_string(kDimR) + " only");
-  }
+  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path));
   const int64_t ps = p.kv.page_size();
   bool page_ok = false;
   for (int64_t v : kPageSizes) page_ok = page_ok || v == ps;
@@ -64,30 +150,36 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name) {
     return Status::not_supported("kv.page_size=" + std::to_string(ps) + ": " + path + " supports page sizes " +
                                  kPageSizesText);
   }
-  if (p.kv.format == KvFormat::kBF16 && p.q.dtype != DType::kBF16) {
-    return Status::not_supported(std::string("q.dtype=") + dtype_name(p.q.dtype) + ": " + path +
-                                 " needs q in bf16 for a bf16 cache (the mma operands share one type)");
-  }
-  if (p.kv.format == KvFormat::kFP16 && p.q.dtype != DType::kFP16) {
-    return Status::not_supported(std::string("q.dtype=") + dtype_name(p.q.dtype) + ": " + path +
-                                 " needs q in fp16 for an fp16 cache (the mma operands share one type)");
-  }
-  MLAKIT_TRY(check_rows_16(p.q, "q", path));
-  MLAKIT_TRY(check_rows_16(p.out, "out", path));
-  if (!aligned(p.kv.pages.data)) {
-    return Status::not_supported("kv.pages.data: must be 16-byte aligned (" + path + " copies 16-byte pieces)");
-  }
-  for (int d = 0; d < 2; ++d) {
-    if (p.kv.pages.stride[d] % kAlignBytes != 0) {
-      return Status::not_supported("kv.pages.stride[" + std::to_string(d) + "]=" + std::to_string(p.kv.pages.stride[d]) +
-                                   ": must be a multiple of 16 bytes for " + path);
-    }
-  }
   if (!p.block_table.device.is_cuda() || !p.seq_lens.device.is_cuda()) {
     return Status::not_supported("block_table and seq_lens: must be on the CUDA device (the plan reads them there)");
   }
   return {};
 }
+
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) {
+  const std::string path = path_name;
+  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path));
+  const auto on_device = [&](const TensorView& t, const char* name) -> Status {
+    if (t.defined() && !t.device.is_cuda()) {
+      return Status::not_supported(std::string(name) + ": must be on the CUDA device (" + path + " reads it there)");
+    }
+    return {};
+  };
+  MLAKIT_TRY(on_device(p.indices, "indices"));
+  MLAKIT_TRY(on_device(p.topk_length, "topk_length"));
+  MLAKIT_TRY(on_device(p.attn_sink, "attn_sink"));
+  if (p.kv.page_size() > INT32_MAX) {
+    return Status::not_supported("kv.page_size=" + std::to_string(p.kv.page_size()) + ": " + path +
+                                 " locates rows with 32-bit ids, so page_size must be <= " + std::to_string(INT32_MAX));
+  }
+  if (sparse_requests(p) > INT32_MAX) {
+    return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
+                                 " schedules each query token as one request, at most " + std::to_string(INT32_MAX));
+  }
+  return {};
+}
+
+int64_t sparse_requests(const SparseDecodeProblem& p) { return p.batch() * p.s_q(); }
 
 Status device_facts(DeviceFacts** out) {
   thread_local std::vector<DeviceFacts> facts;  // indexed by device ordinal
@@ -117,65 +209,57 @@ WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions) {
   return workspace_layout(p.batch(), query_rows(p), partitions);
 }
 
+WorkspaceLayout layout_for(const SparseDecodeProblem& p, int64_t partitions) {
+  return workspace_layout(sparse_requests(p), p.h_q(), partitions);
+}
+
 DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partitions) {
-  const WorkspaceLayout w = layout_for(p, partitions);
-  uint8_t* base = static_cast<uint8_t*>(ws.data);
   int shift = 0;
   while ((int64_t(1) << shift) < p.kv.page_size()) ++shift;
   DecodeParams d{};
-  d.q = p.q.data;
-  d.q_stride_b = p.q.stride[0];
-  d.q_stride_s = p.q.stride[1];
-  d.q_stride_h = p.q.stride[2];
-  d.pages = static_cast<const uint8_t*>(p.kv.pages.data);
-  d.page_stride_bytes = p.kv.pages.stride[0];
-  d.row_stride_bytes = p.kv.pages.stride[1];
+  fill_q_kv_out(p.q, p.kv, p.out, p.lse, p.softmax_scale, d);
   d.page_shift = shift;
   d.block_table = static_cast<const int32_t*>(p.block_table.data);
   d.block_table_stride = p.block_table.stride[0];
-  d.seq_lens = static_cast<const int32_t*>(p.seq_lens.data);
-  d.seq_lens_stride = p.seq_lens.stride[0];
-  d.out = p.out.data;
-  d.out_stride_b = p.out.stride[0];
-  d.out_stride_s = p.out.stride[1];
-  d.out_stride_h = p.out.stride[2];
-  d.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
-  if (p.lse.defined()) {
-    d.lse_stride_b = p.lse.stride[0];
-    d.lse_stride_s = p.lse.stride[1];
-    d.lse_stride_h = p.lse.stride[2];
-  }
-  d.kv_scale = p.kv.kv_scale;
-  d.kv_scale_value = p.kv.kv_scale_value;
-  d.softmax_scale = p.softmax_scale;
+  d.lens = dense_lengths(p);
   d.batch = int32_t(p.batch());
   d.s_q = int32_t(p.s_q());
   d.h_q = int32_t(p.h_q());
   d.rows = int32_t(query_rows(p));
   d.causal = p.causal;
-  d.partitions = int32_t(partitions);
-  d.plan_partitions = reinterpret_cast<const PartitionStart*>(base + w.partitions_off);
-  d.plan_requests = reinterpret_cast<const RequestPlan*>(base + w.requests_off);
-  d.part_lse = reinterpret_cast<float*>(base + w.part_lse_off);
-  d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
+  place_plan(ws, layout_for(p, partitions), partitions, d);
+  return d;
+}
+
+DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t partitions) {
+  DecodeParams d{};
+  fill_q_kv_out(p.q, p.kv, p.out, p.lse, p.softmax_scale, d);
+  d.lens = sparse_lengths(p);
+  d.batch = int32_t(sparse_requests(p));
+  d.s_q = 1;  // a request is one query token: its rows are the h_q heads
+  d.h_q = int32_t(p.h_q());
+  d.rows = int32_t(p.h_q());
+  d.causal = false;  // SPEC.md section 2: the top-k selection already respects causality
+  d.indices = static_cast<const int32_t*>(p.indices.data);
+  d.indices_stride_b = p.indices.stride[0];
+  d.indices_stride_s = p.indices.stride[1];
+  d.num_rows = p.kv.num_pages() * p.kv.page_size();
+  d.page_size = int32_t(p.kv.page_size());
+  d.attn_sink = p.attn_sink.defined() ? static_cast<const float*>(p.attn_sink.data) : nullptr;
+  place_plan(ws, layout_for(p, partitions), partitions, d);
   return d;
 }
 
 Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift, cudaStream_t stream,
                        bool pdl) {
-  MLAKIT_TRY(check_workspace_alignment(ws));
-  const WorkspaceLayout w = layout_for(p, partitions);
-  uint8_t* base = static_cast<uint8_t*>(ws.data);
-  PlanParams pp{};
-  pp.seq_lens = static_cast<const int32_t*>(p.seq_lens.data);
-  pp.seq_lens_stride = p.seq_lens.stride[0];
-  pp.batch = int32_t(p.batch());
-  pp.partitions = int32_t(partitions);
-  pp.tile_shift = tile_shift;
-  pp.partitions_out = reinterpret_cast<PartitionStart*>(base + w.partitions_off);
-  pp.requests_out = reinterpret_cast<RequestPlan*>(base + w.requests_off);
-  pp.cost_scratch = reinterpret_cast<int64_t*>(base + w.cost_off);
-  return launch_plan(pp, stream, pdl);
+  return launch_plan_with(dense_lengths(p), p.batch(), layout_for(p, partitions), ws, partitions, tile_shift, stream,
+                          pdl);
+}
+
+Status launch_plan_for(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,
+                       cudaStream_t stream, bool pdl) {
+  return launch_plan_with(sparse_lengths(p), sparse_requests(p), layout_for(p, partitions), ws, partitions,
+                          tile_shift, stream, pdl);
 }
 
 }  // namespace mlakit::cuda::decode

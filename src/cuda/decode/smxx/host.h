@@ -1,5 +1,5 @@
 #pragma once
-// Host code shared by every CUDA dense decode path (sm80/, sm90/): the checks they all make, the device
+// Host code shared by every CUDA decode path (sm80/, sm90/; dense and sparse): the checks they all make, the device
 // facts they look up, the kernel parameters filled from a problem, and the plan launch. Each path's own
 // host file adds only what differs: its tile shape, its occupancy and its kernel launch.
 
@@ -21,6 +21,10 @@ int64_t query_rows(const DecodeProblem& p);
 /// Checks every CUDA decode path makes (geometry, page sizes, q dtype against a 16-bit cache, 16-byte
 /// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
 Status check_decode_common(const DecodeProblem& p, const char* path);
+/// The same for sparse decode: any page size, indices, topk_length and attn_sink on the device.
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path);
+/// Plan requests of sparse decode: every query token (b, i) is one, b x s_q.
+int64_t sparse_requests(const SparseDecodeProblem& p);
 
 /// Facts of the current device that cannot change while the process lives, looked up once per (host
 /// thread, device): plan and run are called for every layer of every step, and the queries (device
@@ -28,16 +32,20 @@ Status check_decode_common(const DecodeProblem& p, const char* path);
 struct DeviceFacts {
   bool valid = false;
   DeviceInfo info;
-  int sm80_ctas[2][3][3] = {};  // portable kernel CTAs per SM [bf16][KvKind][row groups 1, 2, 4]; 0 = not yet
+  int sm80_ctas[2][2][3][3] = {};  // portable kernel CTAs per SM [sparse][bf16][KvKind][row groups 1, 2, 4]; 0 = not yet
 };
 Status device_facts(DeviceFacts** out);
 
 Status check_workspace_alignment(Workspace ws);
 WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions);
+WorkspaceLayout layout_for(const SparseDecodeProblem& p, int64_t partitions);
 /// The kernel parameters of `p`, with the plan and the partials at their places in `ws`.
 DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partitions);
-/// Launches the plan for kernels whose KV tiles hold 2^tile_shift tokens.
+DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t partitions);
+/// Launches the plan for kernels whose KV tiles hold 2^tile_shift tokens (sparse: index columns).
 Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift, cudaStream_t stream,
                        bool pdl);
+Status launch_plan_for(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,
+                       cudaStream_t stream, bool pdl);
 
 }  // namespace mlakit::cuda::decode

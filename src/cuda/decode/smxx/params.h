@@ -58,10 +58,20 @@ inline WorkspaceLayout workspace_layout(int64_t batch, int64_t rows, int64_t par
   return w;
 }
 
+/// Where the plan and the kernels read the KV length of plan request r. Dense decode: a request is a batch
+/// entry, its length seq_lens[r]. Sparse decode: a request is one query token (b, i) of the b x s_q, r = b s_q + i,
+/// and its length is the number of index columns that count, topk_length[b] clamped to [0, topk], or topk
+/// when there is no topk_length.
+struct RequestLengths {
+  const int32_t* lens;  // may be null (sparse decode without topk_length): every request has length cap
+  int64_t stride;       // elements between lens entries
+  int32_t fold;         // plan requests per lens entry (and per batch entry of q, out, lse): 1 or s_q
+  int32_t cap;          // lengths are clamped to [0, cap]
+};
+
 struct PlanParams {
-  const int32_t* seq_lens;  // [b], stride seq_lens_stride
-  int64_t seq_lens_stride;
-  int32_t batch;
+  RequestLengths lens;
+  int32_t batch;            // plan requests
   int32_t partitions;       // G
   int32_t tile_shift;       // log2 of the decode kernel's KV tile in tokens (request_tiles)
   PartitionStart* partitions_out;  // [G + 1]
@@ -75,10 +85,9 @@ struct DecodeParams {
   const uint8_t* pages;      // [num_pages, P, row_bytes]
   int64_t page_stride_bytes, row_stride_bytes;
   int32_t page_shift;        // log2(P)
-  const int32_t* block_table;  // [b, max_pages]
+  const int32_t* block_table;  // [b, max_pages]; dense decode only
   int64_t block_table_stride;
-  const int32_t* seq_lens;     // [b]
-  int64_t seq_lens_stride;
+  RequestLengths lens;         // seq_lens (dense) or topk_length (sparse)
   void* out;                 // T [b, s_q, h_q, d_v]
   int64_t out_stride_b, out_stride_s, out_stride_h;
   float* lse;                // float [b, s_q, h_q], may be null
@@ -86,9 +95,16 @@ struct DecodeParams {
   const float* kv_scale;     // fp8_e4m3: device scalar, may be null
   float kv_scale_value;      // used when kv_scale is null
   float softmax_scale;       // tau
-  int32_t batch, s_q, h_q;
+  int32_t batch;             // plan requests: b (dense) or b * s_q (sparse)
+  int32_t s_q, h_q;          // s_q = 1 in sparse decode, whose requests are single query tokens
   int32_t rows;              // s_q * h_q: query rows per request, row m = (i = m / h_q, h = m % h_q)
   bool causal;
+  // ---- sparse decode only (SPEC.md section 2): rows come from indices, not from the block table ----
+  const int32_t* indices;    // [b, s_q, topk]: global row ids, page * page_size + offset; null in dense decode
+  int64_t indices_stride_b, indices_stride_s;
+  int64_t num_rows;          // num_pages * page_size: ids outside [0, num_rows) are "no key"
+  int32_t page_size;         // any P >= 1
+  const float* attn_sink;    // [h_q] or null
   int32_t partitions;        // G
   const PartitionStart* plan_partitions;
   const RequestPlan* plan_requests;

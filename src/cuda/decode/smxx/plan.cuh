@@ -17,9 +17,24 @@ __host__ __device__ inline int32_t request_tiles(int32_t len, int tile_shift) {
   return t > 0 ? t : 1;
 }
 
-__device__ inline int32_t load_seq_len(const int32_t* seq_lens, int64_t stride, int64_t r) {
-  const int32_t l = seq_lens[r * stride];
-  return l > 0 ? l : 0;
+/// KV length of plan request r (RequestLengths), in [0, cap].
+__device__ inline int32_t request_len(const RequestLengths& l, int64_t r) {
+  if (l.lens == nullptr) return l.cap;
+  const int32_t v = l.lens[(r / l.fold) * l.stride];
+  return v < 0 ? 0 : v > l.cap ? l.cap : v;
+}
+
+/// Element offset of plan request r in a [b, s_q, ...] tensor with batch stride sb and token stride ss: request
+/// r is batch entry r in dense decode (fold 1) and query token (r / s_q, r % s_q) in sparse decode (fold s_q).
+__device__ inline int64_t request_offset(const DecodeParams& p, int64_t r, int64_t sb, int64_t ss) {
+  return (r / p.lens.fold) * sb + (r % p.lens.fold) * ss;
+}
+
+/// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (SPEC.md section 2): 1 without a
+/// sink or for sink = -inf, 0 for sink = +inf. lse is in natural log.
+__device__ inline float sink_factor(const DecodeParams& p, int h, float lse) {
+  if (p.attn_sink == nullptr) return 1.0f;
+  return 1.0f / (1.0f + expf(p.attn_sink[h] - lse));
 }
 
 /// One piece of a partition's KV work: tiles [t_begin, t_begin + n_tiles) of request `req` (length len).
@@ -37,7 +52,7 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, 
   const PartitionStart pstart = p.plan_partitions[part];
   const PartitionStart pend = p.plan_partitions[part + 1];
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
-    const int32_t len = load_seq_len(p.seq_lens, p.seq_lens_stride, r);
+    const int32_t len = request_len(p.lens, r);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : request_tiles(len, tile_shift);
     if (t_end - t_begin > 0) f(Piece{r, len, t_begin, t_end - t_begin});

@@ -1,7 +1,7 @@
-// Decode kernels for q in bf16 with a kv16 cache (all three row-group counts).
+// Dense decode kernels for q in bf16 with a kv16 cache (all three row-group counts).
 #include "cuda/decode/sm80/launch_decode.cuh"
 
 namespace mlakit::cuda::decode {
-template Status launch_decode_kernel<true, KvKind::k16Bit>(const DecodeParams&, int, int, cudaStream_t, bool);
-template Status decode_occupancy<true, KvKind::k16Bit>(int, int*);
+template Status launch_decode_kernel<true, KvKind::k16Bit, false>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_occupancy<true, KvKind::k16Bit, false>(int, int*);
 }  // namespace mlakit::cuda::decode

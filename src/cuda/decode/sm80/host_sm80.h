@@ -1,0 +1,30 @@
+#pragma once
+// Host helpers of the portable (SM80+) kernel family that its dense and sparse entry points share: the CTA
+// shape for a number of query rows, the partition count from the kernel's occupancy, and the launch of the
+// kernel (the one place where runtime values become its template values) followed by the combine.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/decode/smxx/config.h"
+#include "cuda/decode/smxx/params.h"
+#include "mlakit/status.h"
+
+namespace mlakit::cuda::decode {
+
+struct Sm80Shape {
+  int row_groups = 0;      // groups of 16 query rows per CTA: 1, 2 or 4
+  int row_blocks = 0;      // CTAs per request along the rows
+  int64_t partitions = 0;  // G: CTA columns, one full wave of the kernel
+  bool pdl = false;        // programmatic dependent launch (sm_90+)
+};
+
+/// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q).
+Status sm80_shape(int64_t rows, bool bf16, KvKind kind, bool sparse, Sm80Shape* out);
+
+/// Launches the decode kernel (dense or sparse) and then the combine of the split requests.
+Status launch_sm80(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, const Sm80Shape& shape,
+                   cudaStream_t stream);
+
+}  // namespace mlakit::cuda::decode

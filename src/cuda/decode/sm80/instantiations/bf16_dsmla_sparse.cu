@@ -1,0 +1,7 @@
+// Sparse decode kernels for q in bf16 with a dsmla cache (all three row-group counts).
+#include "cuda/decode/sm80/launch_decode.cuh"
+
+namespace mlakit::cuda::decode {
+template Status launch_decode_kernel<true, KvKind::kDsMla, true>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_occupancy<true, KvKind::kDsMla, true>(int, int*);
+}  // namespace mlakit::cuda::decode

@@ -1,0 +1,49 @@
+// Host entry points of the portable (SM80+) CUDA sparse decode (issue 9, SPEC.md section 2): the dense kernel
+// family with kSparse, whose plan requests are the b x s_q query tokens and whose KV "tokens" are index
+// columns. run = plan + kernel + combine, all on the device: no host synchronisation, graph capturable.
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/decode/sm80/config.h"
+#include "cuda/decode/sm80/host_sm80.h"
+#include "cuda/decode/smxx/host.h"
+#include "cuda/ops.h"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kPath = "cuda sparse_decode";
+
+Status shape_for(const SparseDecodeProblem& p, decode::Sm80Shape* s) {
+  return decode::sm80_shape(p.h_q(), p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, s);
+}
+
+}  // namespace
+
+std::vector<Feature> sparse_decode_features() {
+  return {{OpKind::kSparseDecode,
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; any P; "
+           "h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink; ids past the cache skipped; "
+           "b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
+}
+
+Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath); }
+
+size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
+  decode::Sm80Shape s;
+  if (!shape_for(p, &s).ok()) return 0;
+  return decode::layout_for(p, s.partitions).total;
+}
+
+Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
+  MLAKIT_TRY(decode::check_workspace_alignment(ws));
+  decode::Sm80Shape s;
+  MLAKIT_TRY(shape_for(p, &s));
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  MLAKIT_TRY(decode::launch_plan_for(p, ws, s.partitions, decode::kTileShift, cs, s.pdl));
+  const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);
+  return decode::launch_sm80(d, p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, s, cs);
+}
+
+}  // namespace mlakit::cuda

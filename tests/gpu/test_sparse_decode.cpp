@@ -1,0 +1,445 @@
+// The CUDA sparse decode (issue 9, SPEC.md section 2) against the CPU reference with SPEC.md section 10's
+// tolerances: every format x head counts {1, 3, 16, 32, 63, 64, 128} x s_q {1, 2, 4} x topk {1, 63, 512,
+// 2048}, with and without topk_length and attn_sink, odd page sizes, NaN-poisoned rows that only ignored
+// columns point at, negative ids, ids past the cache, duplicates, all-invalid rows, sinks of +-inf, a
+// prefill-sized batch, CUDA-graph replay and the golden FlashMLA sparse cases.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/decode_case.h"
+#include "common/npy.h"
+#include "reference/ops.h"
+#include "test_cache_util.h"
+
+namespace mlakit::test {
+namespace {
+
+constexpr int64_t kDimC = 512;
+constexpr uint8_t kPoison = 0xFF;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+#define SPARSE_CUDA(call) CACHE_TEST_CUDA(call)
+
+/// The cuda backend, or skip the calling test with the reason.
+#define SPARSE_BACKEND_OR_SKIP(be)                     \
+  std::string why_not_;                                \
+  const Backend* be = cuda_backend(&why_not_);         \
+  if (be == nullptr) GTEST_SKIP() << why_not_;
+
+/// A sparse case's buffers on the device, outputs and workspace poisoned.
+struct DeviceSparse {
+  DeviceBuffer q, cache, indices, topk_length, attn_sink, out, lse, scale, ws;
+  SparseDecodeProblem problem;
+
+  void upload(const SparseCase& c, bool scale_on_device) {
+    DeviceBuffer::upload(&q, c.q);
+    DeviceBuffer::upload(&cache, c.cache);
+    DeviceBuffer::upload(&indices, c.indices);
+    DeviceBuffer::upload(&topk_length, c.topk_length);
+    DeviceBuffer::upload(&attn_sink, c.attn_sink);
+    DeviceBuffer::upload(&out, c.out);
+    DeviceBuffer::upload(&lse, c.lse);
+    DeviceBuffer::upload(&scale, std::vector<float>{c.config.kv_scale});
+    SparseBuffers at;
+    at.q = q.get();
+    at.cache = cache.get();
+    at.indices = indices.get();
+    at.topk_length = topk_length.get();
+    at.attn_sink = attn_sink.get();
+    at.out = out.get();
+    at.lse = lse.get();
+    at.kv_scale = scale_on_device ? scale.as<float>() : nullptr;
+    problem = c.problem(at, Device::cuda(0));
+  }
+};
+
+std::string describe(const SparseCase& c) {
+  const SparseCaseConfig& g = c.config;
+  return "b=" + std::to_string(g.batch) + " s_q=" + std::to_string(g.s_q) + " h_q=" + std::to_string(g.h_q) +
+         " topk=" + std::to_string(g.topk) + " P=" + std::to_string(g.page_size) + " format=" +
+         kv_format_name(g.format) + " topk_length=" + std::to_string(!g.topk_length.empty()) +
+         " sink=" + std::to_string(!g.attn_sink.empty()) + " seed=" + std::to_string(g.seed);
+}
+
+/// Runs the backend on the device copy (after `edit`, which may change device buffers), the reference on
+/// the host case, and compares every element.
+template <class Edit>
+void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device, Edit&& edit) {
+  SCOPED_TRACE(describe(c));
+  DeviceSparse d;
+  d.upload(c, scale_on_device);
+  edit(d);
+  const Status sup = be.supports(d.problem);
+  ASSERT_TRUE(sup.ok()) << sup.to_string();
+  const size_t ws_bytes = be.workspace_bytes(d.problem);
+  ASSERT_GT(ws_bytes, 0u);
+  d.ws.allocate(ws_bytes);
+  SPARSE_CUDA(cudaMemset(d.ws.get(), kPoison, ws_bytes));  // the caller need not zero it
+  const Status st = be.run(d.problem, Workspace{d.ws.get(), ws_bytes}, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  SPARSE_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out_dev = d.out.download<uint16_t>(c.out.size());
+  const std::vector<float> lse_dev = d.lse.download<float>(c.lse.size());
+
+  const Status ref = reference::sparse_decode(c.problem());
+  ASSERT_TRUE(ref.ok()) << ref.to_string();
+  EXPECT_TRUE(check_out(to_floats(out_dev, c.config.q_dtype), c.out_floats(), c.row_vmax(), kDimC, c.config.q_dtype));
+  if (!lse_dev.empty()) {
+    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  }
+}
+
+void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device) {
+  run_and_check(c, be, scale_on_device, [](DeviceSparse&) {});
+}
+
+DType q_dtype_for(KvFormat f, uint64_t seed) {
+  if (f == KvFormat::kBF16) return DType::kBF16;
+  if (f == KvFormat::kFP16) return DType::kFP16;
+  return seed % 2 == 0 ? DType::kBF16 : DType::kFP16;
+}
+
+std::vector<float> random_sinks(std::mt19937_64& rng, int64_t h_q) {
+  std::uniform_real_distribution<float> dist(-2.0f, 6.0f);
+  std::vector<float> s(static_cast<size_t>(h_q));
+  for (float& v : s) v = dist(rng);
+  s[0] = -kInf;                            // no effect
+  if (h_q > 2) s[size_t(h_q / 2)] = kInf;  // zeroes the output
+  return s;
+}
+
+// ---- the matrix: format x h_q, each over s_q {1, 2, 4} x topk {1, 63, 512, 2048} ----
+using MatrixParam = std::tuple<KvFormat, int64_t>;
+class SparseMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(SparseMatrix, MatchesReference) {
+  const auto [format, h_q] = GetParam();
+  SPARSE_BACKEND_OR_SKIP(be);
+  uint64_t seed = 5000 + uint64_t(h_q) * 13 + uint64_t(format) * 7919;
+  constexpr int64_t kPageSizes[] = {64, 1, 53, 16, 69, 128};  // any P in sparse mode, powers of two or not
+  int run = 0;
+  for (int64_t s_q : {1, 2, 4}) {
+    for (int64_t topk : {1, 63, 512, 2048}) {
+      // Every topk meets both "with topk_length and sink" and "without" across the three s_q.
+      const bool extras = (run + (topk == 63 || topk == 2048 ? 1 : 0)) % 2 == 0;
+      std::mt19937_64 rng(seed);
+      SparseCaseConfig cfg;
+      cfg.batch = 2;
+      cfg.s_q = s_q;
+      cfg.h_q = h_q;
+      cfg.topk = topk;
+      cfg.format = format;
+      cfg.q_dtype = q_dtype_for(format, seed);
+      cfg.page_size = kPageSizes[run % 6];
+      cfg.num_pages = std::max<int64_t>(2, (topk + 200) / cfg.page_size + 1);
+      if (extras) {
+        std::uniform_int_distribution<int32_t> len(0, int32_t(topk));
+        cfg.topk_length = {len(rng), int32_t(topk)};
+        cfg.attn_sink = random_sinks(rng, h_q);
+      }
+      cfg.seed = seed++;
+      SparseCase c = SparseCase::generate(cfg);
+      run_and_check(c, *be, /*scale_on_device=*/seed % 2 == 0);
+      if (HasFatalFailure()) return;
+      ++run;
+    }
+  }
+}
+
+std::string matrix_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto [f, h] = info.param;
+  return std::string(kv_format_name(f)) + "_h" + std::to_string(h);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, SparseMatrix,
+                         ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3,
+                                                              KvFormat::kFP8DsMla),
+                                            ::testing::Values(int64_t(1), int64_t(3), int64_t(16), int64_t(32),
+                                                              int64_t(63), int64_t(64), int64_t(128))),
+                         matrix_name);
+
+// ---- semantics at the edges ----
+
+// Every column invalid (negative ids) in some rows, topk_length 0 in another: out = 0, lse = -inf, and a
+// sink does not turn an empty row into NaN.
+TEST(SparseEdges, AllInvalidRowsAndEmptyLengths) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8DsMla}) {
+    SparseCaseConfig cfg;
+    cfg.batch = 3;
+    cfg.s_q = 2;
+    cfg.h_q = 20;
+    cfg.topk = 100;
+    cfg.format = format;
+    cfg.invalid_fraction = 1.0;
+    cfg.topk_length = {0, 100, 37};
+    std::mt19937_64 rng(31);
+    cfg.attn_sink = random_sinks(rng, cfg.h_q);
+    cfg.seed = 31;
+    SparseCase c = SparseCase::generate(cfg);
+    run_and_check(c, *be, true);
+  }
+}
+
+// Partially invalid rows with many duplicates: few written rows, drawn with replacement.
+TEST(SparseEdges, DuplicatesAndPartiallyInvalid) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  SparseCaseConfig cfg;
+  cfg.batch = 4;
+  cfg.s_q = 3;
+  cfg.h_q = 128;
+  cfg.topk = 700;
+  cfg.num_pages = 2;
+  cfg.page_size = 16;
+  cfg.written_fraction = 0.2;  // 6 written rows, each indexed ~100 times
+  cfg.invalid_fraction = 0.6;
+  cfg.seed = 32;
+  SparseCase c = SparseCase::generate(cfg);
+  run_and_check(c, *be, true);
+}
+
+// Ids at or past num_pages * P: the reference rejects them on the host, a kernel cannot (the indices are on
+// the device), so it treats them as "no key" (docs/spec.md section 2). The device copy gets ids past the
+// cache where the host case has -1; results must equal the reference on the host case, and nothing past the
+// pool is read (compute-sanitizer memcheck runs this test).
+TEST(SparseEdges, IdsPastTheCacheAreNoKey) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  SparseCaseConfig cfg;
+  cfg.batch = 2;
+  cfg.s_q = 2;
+  cfg.h_q = 16;
+  cfg.topk = 300;
+  cfg.num_pages = 3;
+  cfg.page_size = 64;
+  cfg.seed = 33;
+  SparseCase c = SparseCase::generate(cfg);
+  const int32_t num_rows = int32_t(cfg.num_pages * cfg.page_size);
+  std::vector<int32_t> device_ids = c.indices;
+  int replaced = 0;
+  for (size_t k = 0; k < device_ids.size(); k += 5) {
+    const int32_t past = replaced % 3 == 0 ? num_rows : replaced % 3 == 1 ? num_rows + 12345 : INT32_MAX;
+    device_ids[k] = past;
+    c.indices[k] = -1;
+    ++replaced;
+  }
+  run_and_check(c, *be, true, [&](DeviceSparse& d) { d.indices.copy_from(device_ids); });
+}
+
+// A prefill-sized call: more query tokens than a grid's y dimension holds (65,535), s_q = 1, few heads.
+TEST(SparseEdges, PrefillBatchOf70000Tokens) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  SparseCaseConfig cfg;
+  cfg.batch = 70000;
+  cfg.s_q = 1;
+  cfg.h_q = 3;
+  cfg.topk = 24;
+  cfg.num_pages = 8;
+  cfg.page_size = 64;
+  cfg.seed = 34;
+  SparseCase c = SparseCase::generate(cfg);
+  run_and_check(c, *be, true);
+}
+
+// One request with a long top-k on few heads: the plan splits it across many CTAs, and the combine merges
+// the parts and applies the sink.
+TEST(SparseEdges, SplitRequestWithSink) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  for (int64_t h_q : {16, 128}) {
+    SparseCaseConfig cfg;
+    cfg.batch = 1;
+    cfg.s_q = 2;
+    cfg.h_q = h_q;
+    cfg.topk = 4096;
+    cfg.num_pages = 80;
+    cfg.page_size = 64;
+    cfg.format = KvFormat::kFP8DsMla;
+    std::mt19937_64 rng(35);
+    cfg.attn_sink = random_sinks(rng, h_q);
+    cfg.topk_length = {4000};
+    cfg.seed = 35 + uint64_t(h_q);
+    SparseCase c = SparseCase::generate(cfg);
+    run_and_check(c, *be, true);
+  }
+}
+
+// Padded page stride (pages larger than P rows): rows are located with the page stride, not P * row_bytes.
+TEST(SparseEdges, PaddedPageStride) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  SparseCaseConfig cfg;
+  cfg.batch = 3;
+  cfg.s_q = 2;
+  cfg.h_q = 64;
+  cfg.topk = 200;
+  cfg.num_pages = 9;
+  cfg.page_size = 61;
+  cfg.format = KvFormat::kFP8DsMla;
+  cfg.seed = 36;
+  SparseCase c = SparseCase::generate(cfg);
+  // Re-lay the pool with 656 poisoned bytes after every page; the host case keeps the packed copy.
+  const int64_t row_bytes = ds_mla::kRowBytes, page_bytes = cfg.page_size * row_bytes, pad = 656;
+  std::vector<uint8_t> padded(size_t(cfg.num_pages * (page_bytes + pad)), kPoison);
+  for (int64_t pg = 0; pg < cfg.num_pages; ++pg)
+    std::copy_n(c.cache.begin() + pg * page_bytes, page_bytes, padded.begin() + pg * (page_bytes + pad));
+  DeviceBuffer padded_dev;
+  DeviceBuffer::upload(&padded_dev, padded);
+  run_and_check(c, *be, true, [&](DeviceSparse& d) {
+    d.problem.kv.pages.data = padded_dev.get();
+    d.problem.kv.pages.stride[0] = page_bytes + pad;
+  });
+}
+
+// ---- CUDA graph: one capture, replayed with new q, indices, topk_length and cache contents ----
+TEST(SparseGraph, ReplayWithNewInputs) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  auto make = [](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    SparseCaseConfig cfg;
+    cfg.batch = 5;
+    cfg.s_q = 2;
+    cfg.h_q = 32;
+    cfg.topk = 512;
+    cfg.num_pages = 12;
+    cfg.format = KvFormat::kFP8DsMla;
+    std::uniform_int_distribution<int32_t> len(0, 512);
+    cfg.topk_length = {len(rng), len(rng), len(rng), 512, len(rng)};
+    cfg.attn_sink = random_sinks(rng, cfg.h_q);
+    cfg.seed = seed;
+    return SparseCase::generate(cfg);
+  };
+  SparseCase first = make(400);
+  DeviceSparse d;
+  d.upload(first, true);
+  const size_t ws_bytes = be->workspace_bytes(d.problem);
+  d.ws.allocate(ws_bytes);
+  cudaStream_t stream;
+  SPARSE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  SPARSE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status st = be->run(d.problem, Workspace{d.ws.get(), ws_bytes}, stream);
+  SPARSE_CUDA(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  cudaGraphExec_t exec;
+  SPARSE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    SCOPED_TRACE("replay " + std::to_string(rep));
+    SparseCase c = make(500 + uint64_t(rep));
+    d.q.copy_from(c.q);
+    d.cache.copy_from(c.cache);
+    d.indices.copy_from(c.indices);
+    d.topk_length.copy_from(c.topk_length);
+    d.attn_sink.copy_from(c.attn_sink);
+    d.out.copy_from(c.out);
+    d.lse.copy_from(c.lse);
+    SPARSE_CUDA(cudaGraphLaunch(exec, stream));
+    SPARSE_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<uint16_t> out_dev = d.out.download<uint16_t>(c.out.size());
+    const std::vector<float> lse_dev = d.lse.download<float>(c.lse.size());
+    ASSERT_TRUE(reference::sparse_decode(c.problem()).ok());
+    EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
+    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---- refusals name the field and the rule ----
+TEST(SparseSupports, RefusesWhatItDoesNotImplement) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  SparseCaseConfig cfg;
+  cfg.seed = 37;
+  SparseCase c = SparseCase::generate(cfg);
+  DeviceSparse d;
+  d.upload(c, true);
+  SparseDecodeProblem p = d.problem;
+  p.indices.device = Device::cpu();
+  Status s = be->supports(p);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("indices"), std::string::npos) << s.message();
+  p = d.problem;
+  p.kv.dims = MlaDims{256, 64};
+  s = be->supports(p);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("d_c"), std::string::npos) << s.message();
+}
+
+// ---- FlashMLA's own sparse outputs (fp8_ds_mla caches), through the native API on the device ----
+TEST(SparseGolden, FlashMlaSparseCases) {
+  SPARSE_BACKEND_OR_SKIP(be);
+  const std::string dir = std::string(MLAKIT_TESTDATA_DIR) + "/flashmla";
+  int cases = 0;
+  for (const char* name : {"sparse_b1_sq1_h128_topk256", "sparse_b2_sq2_h64_topk128"}) {
+    SCOPED_TRACE(name);
+    const std::string base = dir + "/" + name + "/";
+    NpyArray q, kv, idx, out, lse;
+    std::string err;
+    if (!load_npy(base + "q.npy", &q, &err)) GTEST_SKIP() << "no golden data at " << dir << ": " << err;
+    ASSERT_TRUE(load_npy(base + "kv_cache.npy", &kv, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "indices.npy", &idx, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "out.npy", &out, &err)) << err;
+    ASSERT_TRUE(load_npy(base + "lse.npy", &lse, &err)) << err;
+    const int64_t b = q.shape[0], s_q = q.shape[1], h_q = q.shape[2], topk = idx.shape[2];
+    const int64_t num_pages = kv.shape[0], page = kv.shape[1];
+    DeviceBuffer dq, dkv, didx, dout(size_t(b * s_q * h_q * kDimC * 2)), dlse(size_t(b * s_q * h_q * 4));
+    DeviceBuffer::upload(&dq, q.data);
+    DeviceBuffer::upload(&dkv, kv.data);
+    DeviceBuffer::upload(&didx, idx.data);
+    SPARSE_CUDA(cudaMemset(dout.get(), kPoison, dout.bytes()));
+    SPARSE_CUDA(cudaMemset(dlse.get(), kPoison, dlse.bytes()));
+    SparseDecodeProblem p;
+    const Device dev = Device::cuda(0);
+    p.q = TensorView::contiguous(dq.get(), DType::kBF16, {b, s_q, h_q, 576}, dev);
+    p.kv = KvCacheView::contiguous(dkv.get(), KvFormat::kFP8DsMla, num_pages, page, MlaDims{}, dev);
+    p.indices = TensorView::contiguous(didx.get(), DType::kInt32, {b, s_q, topk}, dev);
+    p.out = TensorView::contiguous(dout.get(), DType::kBF16, {b, s_q, h_q, kDimC}, dev);
+    p.lse = TensorView::contiguous(dlse.get(), DType::kFP32, {b, s_q, h_q}, dev);
+    p.softmax_scale = kDeepSeekSoftmaxScale;
+    ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+    const size_t ws_bytes = be->workspace_bytes(p);
+    DeviceBuffer ws(ws_bytes);
+    const Status st = be->run(p, Workspace{ws.get(), ws_bytes}, nullptr);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    SPARSE_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = dout.download<uint16_t>(size_t(b * s_q * h_q * kDimC));
+    const std::vector<float> got_lse = dlse.download<float>(size_t(b * s_q * h_q));
+
+    // FlashMLA's conventions -> MLAKit's: lse [b, h_q, s_q] -> [b, s_q, h_q], +inf (empty) -> -inf; vmax per
+    // (b, i) over the rows its valid ids name.
+    const std::vector<int32_t> ids = idx.to_vector<int32_t>();
+    const std::vector<float> golden_lse = lse.to_vector<float>();
+    std::vector<float> ref_lse(got_lse.size()), vmax(got_lse.size()), row(576);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t i = 0; i < s_q; ++i) {
+        float vm = 0.0f;
+        for (int64_t k = 0; k < topk; ++k) {
+          const int32_t id = ids[size_t((bi * s_q + i) * topk + k)];
+          if (id < 0) continue;
+          oracle_decode_row(KvFormat::kFP8DsMla, MlaDims{}, 1.0f, kv.data.data() + int64_t(id) * ds_mla::kRowBytes,
+                            row.data());
+          for (int64_t col = 0; col < kDimC; ++col) vm = std::max(vm, std::fabs(row[size_t(col)]));
+        }
+        for (int64_t h = 0; h < h_q; ++h) {
+          const float g = golden_lse[size_t((bi * h_q + h) * s_q + i)];
+          ref_lse[size_t((bi * s_q + i) * h_q + h)] = g == kInf ? -kInf : g;
+          vmax[size_t((bi * s_q + i) * h_q + h)] = vm;
+        }
+      }
+    const std::vector<float> ref_out = to_floats(out.data.data(), DType::kBF16, b * s_q * h_q * kDimC);
+    EXPECT_TRUE(check_out(to_floats(got, DType::kBF16), ref_out, vmax, kDimC, DType::kBF16));
+    EXPECT_TRUE(check_lse(got_lse, ref_lse));
+    ++cases;
+  }
+  EXPECT_EQ(cases, 2);
+}
+
+}  // namespace
+}  // namespace mlakit::test
