@@ -11,6 +11,7 @@
 #include "decode_spec.h"
 #include "cache_bench.h"
 #include "decode_workload.h"
+#include "sparse_bench.h"
 #include "mlakit/registry.h"
 
 namespace mlakit::cli {
@@ -24,9 +25,11 @@ constexpr int64_t kCpuAppendTokens = 4096;  // CPU stand-ins for the cache modes
 constexpr int64_t kCpuGatherRows = 65536;
 
 constexpr const char* kHelp = R"(usage: mlakit bench [options]
-  --mode M           decode (default) | append (append_kv) | gather (gather_kv)
+  --mode M           decode (default) | sparse (sparse_decode) | append (append_kv) | gather (gather_kv)
   --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (GPU.md's nine
                      shapes; on a GPU without --backend, every CUDA decode path the device runs, one row each)
+                     sparse: default (b=128, s_q=2, h_q=128, topk=2048, fp8_ds_mla) | anchors (issue 9's five shapes)
+  --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
   --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
   --causal           causal masking for s_q > 1
@@ -36,7 +39,7 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
   --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)
 Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply);
-append and gather at 4096 tokens and 65,536 rows.
+sparse at b=2, topk=256; append and gather at 4096 tokens and 65,536 rows.
 )";
 
 struct Row {
@@ -192,6 +195,46 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
   return failures ? 1 : 0;
 }
 
+/// sparse: the whole call (plan + kernel + combine) timed, TFLOP/s by issue 9's model, sampled check.
+int bench_sparse(const Args& args, const Registry& registry, const Preference& pref, DeviceMemory* mem, bool on_cpu,
+                 int64_t iters) {
+  std::vector<SparseBenchSpec> specs;
+  Status s = sparse_preset_specs(args.get("preset", "default"), &specs);
+  if (s.ok()) s = apply_sparse_overrides(args, on_cpu, &specs);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole sparse_decode call timed\n",
+              version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
+  std::printf("%-56s %-9s %9s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "TFLOP/s", "GB/s", "xFlash", "max err",
+              "check");
+  int failures = 0;
+  for (const SparseBenchSpec& spec : specs) {
+    std::fprintf(stderr, "%s ...\n", spec.describe().c_str());
+    const SparseBenchResult r = run_sparse_bench(spec, registry, pref, mem, iters);
+    if (!r.status.ok()) {
+      ++failures;
+      std::printf("%-56s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+      continue;
+    }
+    const bool is_ref = r.backend == "reference";
+    if (!is_ref && !r.check.passed()) ++failures;
+    const std::string check = is_ref ? "is the reference"
+                              : r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " requests)"
+                                                 : "OUTSIDE SPEC TOLERANCE";
+    const std::string err = is_ref ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
+    const std::string x = spec.flashmla_ms > 0 ? std::to_string(spec.flashmla_ms / r.median_ms).substr(0, 4) : "-";
+    const double sec = r.median_ms * 1e-3;
+    std::printf("%-56s %-9s %9.4f %9.3f %8.1f %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(), r.median_ms,
+                spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
+  }
+  std::printf("TFLOP/s: b*s_q*h_q*topk*2*(576+512) FLOPs; GB/s: indexed rows + q + out; xFlash: FlashMLA's sparse\n"
+              "decode on the H100 (issue 9's table) over ours (> 1 means faster than it)\n");
+  if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");
+  return failures ? 1 : 0;
+}
+
 /// append / gather: GB/s against the copy ceiling, every written byte compared with the reference's.
 int bench_cache(const Args& args, bool append, const Registry& registry, const Preference& pref, DeviceMemory* mem,
                 bool on_cpu, int64_t iters) {
@@ -245,7 +288,7 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> options = decode_options();
-  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests"});
+  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk"});
   Args args;
   if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
@@ -253,8 +296,8 @@ int cmd_bench(int argc, char** argv) {
     return s.ok() ? 0 : 2;
   }
   const std::string mode = args.get("mode", "decode");
-  if (mode != "decode" && mode != "append" && mode != "gather") {
-    std::fprintf(stderr, "--mode=%s: must be one of decode, append, gather\n", mode.c_str());
+  if (mode != "decode" && mode != "sparse" && mode != "append" && mode != "gather") {
+    std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, append, gather\n", mode.c_str());
     return 2;
   }
   const Registry registry = make_default_registry();
@@ -289,6 +332,7 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   if (mode == "decode") return bench_decode(args, registry, pref, mem.get(), on_cpu, iters);
+  if (mode == "sparse") return bench_sparse(args, registry, pref, mem.get(), on_cpu, iters);
   return bench_cache(args, mode == "append", registry, pref, mem.get(), on_cpu, iters);
 }
 

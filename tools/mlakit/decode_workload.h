@@ -21,6 +21,16 @@ struct SampleCheck {
   bool passed() const { return worst_ratio <= 1.0 && lse_ok; }
 };
 
+/// Adds one compared request to `result`: out and ref as bf16 bits, lse and ref_lse, and the vmax of SPEC.md
+/// section 10 (largest |V| among the rows the request attends, or an upper bound of it).
+void compare_sample(const std::vector<uint16_t>& out, const std::vector<uint16_t>& ref, const std::vector<float>& lse,
+                    const std::vector<float>& ref_lse, double vmax, SampleCheck* result);
+
+/// Largest |V| (first d_v columns) over rows [0, rows) of a contiguous host cache of `format`, read back through
+/// the reference's gather_kv.
+Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, int64_t rows, int64_t page_size,
+                  double* vmax);
+
 class DecodeWorkload {
  public:
   /// Allocates and fills everything on `mem`; fails with the byte count when memory runs out.
