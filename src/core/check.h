@@ -1,6 +1,6 @@
 #pragma once
 // Building blocks of validate(): each check builds its message from the same values it tests, in the
-// form "field=value: rule" (SPEC.md section 9), so a message can never drift from its check.
+// form "field=value: rule" (docs/spec.md section 9), so a message can never drift from its check.
 
 #include <cstdint>
 #include <initializer_list>

@@ -1,4 +1,4 @@
-"""Shared fixtures of the Python tests: the golden FlashMLA vectors, seeded RNGs, SPEC.md tolerances."""
+"""Shared fixtures of the Python tests: the golden FlashMLA vectors, seeded RNGs, docs/spec.md tolerances."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def load_case(folder: Path) -> dict:
 
 
 def bf16_tolerance(ref: np.ndarray, vmax) -> np.ndarray:
-    """SPEC.md section 10, bf16 outputs: 2^-8 * vmax + 2^-6 * |ref| (vmax broadcast per row)."""
+    """docs/spec.md section 10, bf16 outputs: 2^-8 * vmax + 2^-6 * |ref| (vmax broadcast per row)."""
     return 2.0**-8 * vmax + 2.0**-6 * np.abs(ref)
 
 
@@ -73,7 +73,7 @@ def assert_close(got, ref, tol, what: str):
 
 
 def assert_lse_close(got, ref, what="lse"):
-    """SPEC.md section 10: |lse - ref| <= 1e-4 + 1e-4 |ref|; infinite rows must match exactly."""
+    """docs/spec.md section 10: |lse - ref| <= 1e-4 + 1e-4 |ref|; infinite rows must match exactly."""
     ref = np.asarray(ref, np.float64)
     assert_close(got, ref, 1e-4 + 1e-4 * np.abs(np.where(np.isfinite(ref), ref, 0)), what)
 

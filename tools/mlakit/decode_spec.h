@@ -19,7 +19,7 @@ struct DecodeSpec {
   int64_t page_size = 64;
   KvFormat format = KvFormat::kBF16;
   bool causal = false;
-  float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (SPEC.md section 7)
+  float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (docs/spec.md section 7)
   /// ../shared/GPU.md's H100 times for this exact shape in bf16 (0: not measured there, or not supported).
   double flashmla_ms = 0;
   double triton_ms = 0;  // SGLang's Triton decode, best case

@@ -109,7 +109,7 @@ Status DecodeWorkload::check_sample(const Backend& reference, SampleCheck* resul
     host.causal = spec_.causal;
     MLAKIT_TRY(reference.run(host, Workspace{}, nullptr));
 
-    // vmax of SPEC.md section 10: the largest |value| among the attended rows, read back through gather_kv.
+    // vmax of docs/spec.md section 10: the largest |value| among the attended rows, read back through gather_kv.
     std::vector<uint16_t> rows(size_t(len) * size_t(kDims.d_qk()));
     const int32_t cu[2] = {0, len};
     GatherKvProblem g;

@@ -12,7 +12,7 @@
 
 namespace mlakit::cli {
 
-/// Result of comparing sampled requests with the reference (SPEC.md section 10, bf16 rule).
+/// Result of comparing sampled requests with the reference (docs/spec.md section 10, bf16 rule).
 struct SampleCheck {
   int requests = 0;        // requests compared
   double max_abs_err = 0;  // max |out - ref| over every compared element
