@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,9 +17,16 @@ FP8 = ml_dtypes.float8_e4m3fn
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
 def testdata_dir() -> Path:
-    """MLAKIT_TESTDATA_DIR, else ../shared/testdata next to the repository (as the C++ tests do)."""
-    return Path(os.environ.get("MLAKIT_TESTDATA_DIR", REPO_ROOT.parent / "shared" / "testdata"))
+    """MLAKIT_TESTDATA_DIR when set; else the repository's own golden vectors (tests/data), unpacked into
+    build/testdata: the folder a default CMake build unpacks them into, reused when already right."""
+    if os.environ.get("MLAKIT_TESTDATA_DIR"):
+        return Path(os.environ["MLAKIT_TESTDATA_DIR"])
+    spec = importlib.util.spec_from_file_location("golden", REPO_ROOT / "tests" / "data" / "golden.py")
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
+    return golden.unpack(REPO_ROOT / "build" / "testdata", quiet=True)
 
 
 def flashmla_cases():

@@ -1,4 +1,4 @@
-"""Every golden FlashMLA case (shared/testdata/flashmla) through mlakit.compat.flashmla unchanged, and
+"""Every golden FlashMLA case (tests/data/flashmla) through mlakit.compat.flashmla unchanged, and
 through the native API after converting its two conventions (lse layout and the sign of empty rows)."""
 
 from __future__ import annotations
