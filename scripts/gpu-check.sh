@@ -9,8 +9,9 @@
 #   GPU_CHECK_SPARSE_BENCH_ARGS (default "--preset anchors"),
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
 #   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1. Each stage reuses the build of the last call.
-# Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) and .testdata/flashmla
-# (golden vectors) in the repository root: copy /usr/src/googletest and ../shared/testdata there and carry both.
+# Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) in the repository root: copy
+# /usr/src/googletest there and carry it. The golden vectors come from the repository (tests/data), unpacked
+# into the build folder when CMake configures.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=${1:-${OUT:-$ROOT/gpu-check-out}}
@@ -33,7 +34,7 @@ if [ "${GPU_CHECK_SKIP_PYTHON:-0}" != 1 ] && python3 -c "import nanobind" 2>/dev
 fi
 start=$(date +%s)
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS="$ARCHS" \
-  -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" -DMLAKIT_TESTDATA_DIR="$ROOT/.testdata" "${python_opts[@]}" \
+  -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" -UMLAKIT_TESTDATA_DIR "${python_opts[@]}" \
   > "$OUT_DIR/configure.log" 2>&1 || { tail -30 "$OUT_DIR/configure.log"; note "configure FAILED"; }
 ninja -C "$BUILD" -j"$(nproc)" ${GPU_CHECK_TARGETS:-} > "$OUT_DIR/build.log" 2>&1
 build_rc=$?
@@ -54,7 +55,7 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  
   start=$(date +%s)
   pkg=$(mktemp -d)
   cp -r "$ROOT/python/mlakit" "$pkg/" && cp "$BUILD"/python/_native*.so "$pkg/mlakit/"
-  (cd "$ROOT" && PYTHONPATH="$pkg" MLAKIT_TESTDATA_DIR="$ROOT/.testdata" python3 -m pytest tests/python -ra -q) \
+  (cd "$ROOT" && PYTHONPATH="$pkg" MLAKIT_TESTDATA_DIR="$BUILD/testdata" python3 -m pytest tests/python -ra -q) \
     > "$OUT_DIR/pytest.log" 2>&1
   note "pytest rc=$?: $(tail -1 "$OUT_DIR/pytest.log") in $(elapsed $start)"
 fi

@@ -17,7 +17,7 @@
 
 namespace mlakit {
 
-/// Operations of SPEC.md sections 1-8.
+/// Operations of docs/spec.md sections 1-8.
 enum class OpKind : uint8_t { kDecode, kSparseDecode, kPrefill, kMerge, kAppendKv, kRope, kGatherKv };
 inline constexpr OpKind kAllOps[] = {OpKind::kDecode,   OpKind::kSparseDecode, OpKind::kPrefill,
                                      OpKind::kMerge,    OpKind::kAppendKv,     OpKind::kRope,

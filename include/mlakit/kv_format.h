@@ -1,6 +1,6 @@
 #pragma once
 /// @file kv_format.h
-/// Byte layout of every KV-cache row format (SPEC.md section 4), as constexpr so that host code,
+/// Byte layout of every KV-cache row format (docs/spec.md section 4), as constexpr so that host code,
 /// kernels and tests share one definition.
 
 #include <cstdint>
@@ -20,7 +20,7 @@ enum class KvFormat : uint8_t {
 /// "bf16", "fp16", "fp8_e4m3", "fp8_ds_mla".
 const char* kv_format_name(KvFormat f);
 
-/// Default DeepSeek-V2/V3 geometry (SPEC.md section 0).
+/// Default DeepSeek-V2/V3 geometry (docs/spec.md section 0).
 inline constexpr int kDefaultDimC = 512;   // d_c, kv_lora_rank
 inline constexpr int kDefaultDimR = 64;    // d_r, qk_rope_head_dim
 inline constexpr int kDefaultDimNope = 128;  // d_nope, qk_nope_head_dim (MHA mode)
@@ -42,7 +42,7 @@ inline constexpr float kMinScale = 1e-4f;
 inline constexpr float kFp8Max = 448.0f;
 static_assert(kNumGroups * kGroupSize == kDimC);
 static_assert(kScaleOffset == 512 && kRopeOffset == 528 && kRowBytes == 656,
-              "SPEC.md section 4: [0,512) e4m3, [512,528) 4 x f32, [528,656) 64 x bf16");
+              "docs/spec.md section 4: [0,512) e4m3, [512,528) 4 x f32, [528,656) 64 x bf16");
 }  // namespace ds_mla
 
 /// Whether `format` can store rows of the given geometry (fp8_ds_mla is fixed at 512/64).

@@ -2,7 +2,7 @@
 /// @file numeric.h
 /// The one definition of every 16- and 8-bit float conversion MLAKit uses, callable from host code and
 /// from CUDA kernels. All narrowing conversions round to nearest, ties to even; e4m3 saturates to +-448
-/// (the "satfinite" rule of SPEC.md section 4). NaN stays NaN.
+/// (the "satfinite" rule of docs/spec.md section 4). NaN stays NaN.
 
 #include <cmath>
 #include <cstdint>

@@ -1,10 +1,10 @@
 #pragma once
 /// @file problems.h
-/// One plain description per operation of SPEC.md sections 1-8. A problem holds non-owning views of
+/// One plain description per operation of docs/spec.md sections 1-8. A problem holds non-owning views of
 /// the caller's tensors plus the scalars of the call; `validate()` checks everything that can be checked
 /// on the host without reading device memory and names field, value and rule on failure.
 ///
-/// Conventions: shapes use the names of SPEC.md section 0; strides are in elements; every tensor's last
+/// Conventions: shapes use the names of docs/spec.md section 0; strides are in elements; every tensor's last
 /// dimension must be contiguous (stride 1). Optional tensors may be left default-constructed.
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 
 namespace mlakit {
 
-/// Latent geometry (SPEC.md section 0). DeepSeek-V2/V3/V3.2 and Kimi K2 use 512/64.
+/// Latent geometry (docs/spec.md section 0). DeepSeek-V2/V3/V3.2 and Kimi K2 use 512/64.
 struct MlaDims {
   int d_c = kDefaultDimC;  ///< latent width (kv_lora_rank); also d_v
   int d_r = kDefaultDimR;  ///< RoPE width (qk_rope_head_dim)
@@ -24,7 +24,7 @@ struct MlaDims {
   friend bool operator==(const MlaDims&, const MlaDims&) = default;
 };
 
-/// A paged latent KV cache (SPEC.md section 4).
+/// A paged latent KV cache (docs/spec.md section 4).
 struct KvCacheView {
   /// uint8 [num_pages, page_size, row_bytes]: stride[0] is the page stride and stride[1] the row stride,
   /// both in bytes; stride[2] must be 1. row_bytes = kv_row_bytes(format, dims.d_c, dims.d_r).
@@ -44,15 +44,15 @@ struct KvCacheView {
                                 MlaDims dims = {}, Device device = Device::cpu());
 };
 
-/// Smallest and largest page size any backend may accept (SPEC.md section 9).
+/// Smallest and largest page size any backend may accept (docs/spec.md section 9).
 inline constexpr int64_t kMinPageSize = 1;
 inline constexpr int64_t kMaxPageSize = 256;
-/// Query heads per call (SPEC.md section 0: 128, 64, ..., any 1..128 after tensor parallelism).
+/// Query heads per call (docs/spec.md section 0: 128, 64, ..., any 1..128 after tensor parallelism).
 inline constexpr int64_t kMaxHeads = 128;
 /// Query tokens per request in decode (1, or 2..8 for speculative decoding / MTP).
 inline constexpr int64_t kMaxQueryTokens = 8;
 
-/// SPEC.md section 1: dense decode in the absorbed form, with split-KV planned on the device.
+/// docs/spec.md section 1: dense decode in the absorbed form, with split-KV planned on the device.
 struct DecodeProblem {
   TensorView q;            ///< bf16|fp16 [b, s_q, h_q, d_qk]
   KvCacheView kv;          ///< paged cache
@@ -70,7 +70,7 @@ struct DecodeProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 2: sparse (top-k) decode over global row ids.
+/// docs/spec.md section 2: sparse (top-k) decode over global row ids.
 struct SparseDecodeProblem {
   TensorView q;            ///< bf16|fp16 [b, s_q, h_q, d_qk]
   KvCacheView kv;          ///< paged cache; rows addressed as page * P + offset
@@ -89,7 +89,7 @@ struct SparseDecodeProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 3: ragged prefill in the non-absorbed (MHA 192/128) form.
+/// docs/spec.md section 3: ragged prefill in the non-absorbed (MHA 192/128) form.
 struct PrefillProblem {
   TensorView q;             ///< bf16|fp16 [T_q, h_q, d_nope + d_r]
   TensorView k;             ///< dtype of q [T_k, h_q, d_nope + d_r]
@@ -107,7 +107,7 @@ struct PrefillProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 6, N-input form: merges n partial states over disjoint key sets.
+/// docs/spec.md section 6, N-input form: merges n partial states over disjoint key sets.
 /// In place when `out`/`lse` alias part 0 of `parts_out`/`parts_lse`.
 struct MergeProblem {
   TensorView parts_out;  ///< float32|bf16|fp16 [n, rows, d], each normalised within its part
@@ -118,7 +118,7 @@ struct MergeProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 6, two-input form. In place when `out`/`lse` alias `out_a`/`lse_a`.
+/// docs/spec.md section 6, two-input form. In place when `out`/`lse` alias `out_a`/`lse_a`.
 struct MergePairProblem {
   TensorView out_a;  ///< float32|bf16|fp16 [rows, d]
   TensorView lse_a;  ///< float32 [rows]
@@ -130,14 +130,14 @@ struct MergePairProblem {
   Status validate() const;
 };
 
-/// RoPE pairing (SPEC.md section 7).
+/// RoPE pairing (docs/spec.md section 7).
 enum class RopeStyle : uint8_t {
   kInterleaved,  ///< pairs (2i, 2i+1): DeepSeek
   kNeox,         ///< pairs (i, i + d_r/2)
 };
 const char* rope_style_name(RopeStyle s);
 
-/// SPEC.md section 7: RoPE applied in place.
+/// docs/spec.md section 7: RoPE applied in place.
 struct RopeProblem {
   TensorView x;          ///< bf16|fp16|float32 [T, H, d_r], rotated in place (e.g. q's last d_r columns)
   TensorView positions;  ///< int64 [T]
@@ -147,7 +147,7 @@ struct RopeProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 7: write new tokens into the paged cache, optionally with fused RoPE.
+/// docs/spec.md section 7: write new tokens into the paged cache, optionally with fused RoPE.
 struct AppendKvProblem {
   TensorView kv_c;          ///< bf16|fp16|float32 [T, d_c]
   TensorView k_pe;          ///< dtype of kv_c [T, d_r]
@@ -170,7 +170,7 @@ struct AppendKvProblem {
   Status validate() const;
 };
 
-/// SPEC.md section 8: dequantised rows of every request, concatenated.
+/// docs/spec.md section 8: dequantised rows of every request, concatenated.
 struct GatherKvProblem {
   KvCacheView cache;
   TensorView block_table;  ///< int32 [b, max_pages]

@@ -1,6 +1,6 @@
 #pragma once
 /// @file rope.h
-/// Host helpers for RoPE tables and the softmax scale (SPEC.md section 7): DeepSeek's YaRN variant.
+/// Host helpers for RoPE tables and the softmax scale (docs/spec.md section 7): DeepSeek's YaRN variant.
 
 #include <cstdint>
 #include <vector>

@@ -9,7 +9,7 @@ Invalid calls raise ``ValueError`` with the C++ message naming field, value and 
 backend can serve raises ``NotSupportedError`` saying why each backend declined. Nothing is checked
 twice: the C++ library validates, this package only converts.
 
-Conventions are MLAKit's own (see SPEC.md): LSE is the natural log, laid out ``[b, s_q, h_q]``, and is
+Conventions are MLAKit's own (see docs/spec.md): LSE is the natural log, laid out ``[b, s_q, h_q]``, and is
 ``-inf`` for a row with no visible key; ``softmax_scale`` has no default. ``mlakit.compat.flashmla``
 converts to FlashMLA's conventions for engines that call FlashMLA.
 
@@ -48,7 +48,7 @@ from ._native import (
 
 __version__: str = _native.version()
 
-#: Operation names accepted by :func:`select` (SPEC.md sections 1-8).
+#: Operation names accepted by :func:`select` (docs/spec.md sections 1-8).
 OPS = ("decode", "sparse_decode", "prefill", "merge", "merge_pair", "append_kv", "rope", "gather_kv")
 
 

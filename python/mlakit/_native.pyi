@@ -25,7 +25,7 @@ class CudaError(RuntimeError):
 
 class KvCache:
     """
-    A paged latent KV cache over a caller's array (SPEC.md section 4). The array is kept alive by this object and never copied.
+    A paged latent KV cache over a caller's array (docs/spec.md section 4). The array is kept alive by this object and never copied.
     """
 
     def __init__(self, pages: ArrayLike, format: str | None = None, *, d_c: int = 512, d_r: int = 64, kv_scale: float | ArrayLike | None = None) -> None: ...
@@ -116,7 +116,7 @@ def backends() -> list[BackendInfo]:
 
 def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
-    Dense decode (SPEC.md section 1) in one call: plans and runs with a temporary workspace. Engines decoding many layers per step should use DecodePlan.
+    Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. Engines decoding many layers per step should use DecodePlan.
     """
 
 def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
@@ -140,7 +140,7 @@ def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, s
     """
 
 def sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
-    """Sparse top-k decode over global row ids (SPEC.md section 2)."""
+    """Sparse top-k decode over global row ids (docs/spec.md section 2)."""
 
 def select_sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
@@ -153,7 +153,7 @@ def sparse_decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, indices: Ar
     """
 
 def prefill(q: ArrayLike, k: ArrayLike, v: ArrayLike, cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, backend: str | None = None, stream: StreamLike | None = None) -> None:
-    """Ragged prefill in the non-absorbed MHA form (SPEC.md section 3)."""
+    """Ragged prefill in the non-absorbed MHA form (docs/spec.md section 3)."""
 
 def select_prefill(q: ArrayLike, k: ArrayLike, v: ArrayLike, cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
@@ -162,7 +162,7 @@ def select_prefill(q: ArrayLike, k: ArrayLike, v: ArrayLike, cu_seqlens_q: Array
 
 def merge(parts_out: ArrayLike, parts_lse: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
-    Merges n partial attention states (SPEC.md section 6). In place when out/lse alias part 0.
+    Merges n partial attention states (docs/spec.md section 6). In place when out/lse alias part 0.
     """
 
 def select_merge(parts_out: ArrayLike, parts_lse: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
@@ -172,7 +172,7 @@ def select_merge(parts_out: ArrayLike, parts_lse: ArrayLike, out: ArrayLike, lse
 
 def merge_pair(out_a: ArrayLike, lse_a: ArrayLike, out_b: ArrayLike, lse_b: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
-    Merges two partial attention states (SPEC.md section 6). In place when out/lse alias out_a/lse_a.
+    Merges two partial attention states (docs/spec.md section 6). In place when out/lse alias out_a/lse_a.
     """
 
 def select_merge_pair(out_a: ArrayLike, lse_a: ArrayLike, out_b: ArrayLike, lse_b: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
@@ -182,7 +182,7 @@ def select_merge_pair(out_a: ArrayLike, lse_a: ArrayLike, out_b: ArrayLike, lse_
 
 def append_kv(kv_c: ArrayLike, k_pe: ArrayLike, slot_mapping: ArrayLike, kv_cache: ArrayLike, *, positions: ArrayLike | None = None, cos_sin: ArrayLike | None = None, rope_style: str = 'interleaved', q: ArrayLike | None = None, q_fp8: ArrayLike | None = None, q_scale: float | ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
-    Writes new tokens into the paged cache (SPEC.md section 7), optionally rotating k_pe (and q in place) with RoPE and emitting q in fp8.
+    Writes new tokens into the paged cache (docs/spec.md section 7), optionally rotating k_pe (and q in place) with RoPE and emitting q in fp8.
     """
 
 def select_append_kv(kv_c: ArrayLike, k_pe: ArrayLike, slot_mapping: ArrayLike, kv_cache: ArrayLike, *, positions: ArrayLike | None = None, cos_sin: ArrayLike | None = None, rope_style: str = 'interleaved', q: ArrayLike | None = None, q_fp8: ArrayLike | None = None, q_scale: float | ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
@@ -191,7 +191,7 @@ def select_append_kv(kv_c: ArrayLike, k_pe: ArrayLike, slot_mapping: ArrayLike, 
     """
 
 def rope(x: ArrayLike, positions: ArrayLike, cos_sin: ArrayLike, *, style: str = 'interleaved', backend: str | None = None, stream: StreamLike | None = None) -> None:
-    """Applies RoPE to x in place (SPEC.md section 7)."""
+    """Applies RoPE to x in place (docs/spec.md section 7)."""
 
 def select_rope(x: ArrayLike, positions: ArrayLike, cos_sin: ArrayLike, *, style: str = 'interleaved', backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
@@ -200,7 +200,7 @@ def select_rope(x: ArrayLike, positions: ArrayLike, cos_sin: ArrayLike, *, style
 
 def gather_kv(kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, cu_out: ArrayLike, out: ArrayLike, *, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
-    Dequantised cache rows of every request, concatenated, as bf16 (SPEC.md section 8).
+    Dequantised cache rows of every request, concatenated, as bf16 (docs/spec.md section 8).
     """
 
 def select_gather_kv(kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, cu_out: ArrayLike, out: ArrayLike, *, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
@@ -210,7 +210,7 @@ def select_gather_kv(kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: Arra
 
 class DecodePlan:
     """
-    Dense decode split into plan (once per step) and run (once per layer), holding its workspace (SPEC.md section 9). Build it with the largest batch it will serve.
+    Dense decode split into plan (once per step) and run (once per layer), holding its workspace (docs/spec.md section 9). Build it with the largest batch it will serve.
     """
 
     def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
@@ -232,7 +232,7 @@ class DecodePlan:
 
 def yarn_cos_sin_table(max_pos: int, *, d_r: int = 64, base: float = 10000.0, factor: float = 40.0, orig_max_pos: int = 4096, beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float = 1.0, mscale_all_dim: float = 1.0) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:
     """
-    float32 [max_pos, d_r] numpy array: row p = [cos(p*theta'_i) | sin(p*theta'_i)] * mscale ratio (SPEC.md section 7). Copy it to the device for CUDA backends.
+    float32 [max_pos, d_r] numpy array: row p = [cos(p*theta'_i) | sin(p*theta'_i)] * mscale ratio (docs/spec.md section 7). Copy it to the device for CUDA backends.
     """
 
 def yarn_softmax_scale(*, d_nope: int = 128, d_r: int = 64, factor: float = 40.0, mscale_all_dim: float = 1.0) -> float:
@@ -244,7 +244,7 @@ def yarn_mscale(factor: float, mscale: float) -> float:
     """0.1 * mscale * ln(factor) + 1 (1 when factor <= 1)."""
 
 def yarn_inv_freq(*, d_r: int = 64, base: float = 10000.0, factor: float = 40.0, orig_max_pos: int = 4096, beta_fast: float = 32.0, beta_slow: float = 1.0) -> list[float]:
-    """theta'_i for i in [0, d_r/2) (SPEC.md section 7)."""
+    """theta'_i for i in [0, d_r/2) (docs/spec.md section 7)."""
 
 def version() -> str:
     """MLAKit version, e.g. '0.1.0'."""

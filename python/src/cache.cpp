@@ -91,7 +91,7 @@ KvCacheView cache_view(ArgHolder& holder, nb::handle obj) {
 
 void bind_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache",
-                      "A paged latent KV cache over a caller's array (SPEC.md section 4). The array is kept "
+                      "A paged latent KV cache over a caller's array (docs/spec.md section 4). The array is kept "
                       "alive by this object and never copied.")
       .def(nb::init<nb::handle, nb::handle, int, int, nb::handle>(), nb::arg("pages"),
            nb::arg("format") = nb::none(), nb::kw_only(), nb::arg("d_c") = kDefaultDimC,

@@ -1,4 +1,4 @@
-// mlakit.DecodePlan: the plan/run split of SPEC.md section 9 with the workspace owned by the object.
+// mlakit.DecodePlan: the plan/run split of docs/spec.md section 9 with the workspace owned by the object.
 // Built once with the largest batch (its arrays fix backend, shapes and workspace size); plan() once
 // per decoding step (reads seq_lens on the device), run() once per layer.
 
@@ -70,7 +70,7 @@ class DecodePlan {
   size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
-  // A plan serves batches up to the one it was built with (SPEC.md section 9).
+  // A plan serves batches up to the one it was built with (docs/spec.md section 9).
   void check_workspace(const DecodeProblem& p) const {
     if (!p.validate().ok()) return;  // the backend call reports it, with validate()'s message
     const size_t need = backend_->workspace_bytes(p);
@@ -95,7 +95,7 @@ class DecodePlan {
 void bind_decode_plan(nb::module_& m) {
   nb::class_<DecodePlan>(m, "DecodePlan",
                          "Dense decode split into plan (once per step) and run (once per layer), holding its "
-                         "workspace (SPEC.md section 9). Build it with the largest batch it will serve.")
+                         "workspace (docs/spec.md section 9). Build it with the largest batch it will serve.")
       .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, float, bool, nb::handle,
                     nb::handle>(),
            arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),

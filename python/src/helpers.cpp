@@ -1,4 +1,4 @@
-// Host helpers of SPEC.md section 7 (DeepSeek's YaRN RoPE table and softmax scale) and build facts.
+// Host helpers of docs/spec.md section 7 (DeepSeek's YaRN RoPE table and softmax scale) and build facts.
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -43,7 +43,7 @@ void bind_helpers(nb::module_& m) {
         arg("base") = 10000.0, arg("factor") = 40.0, arg("orig_max_pos") = 4096, arg("beta_fast") = 32.0,
         arg("beta_slow") = 1.0, arg("mscale") = 1.0, arg("mscale_all_dim") = 1.0,
         "float32 [max_pos, d_r] numpy array: row p = [cos(p*theta'_i) | sin(p*theta'_i)] * mscale ratio "
-        "(SPEC.md section 7). Copy it to the device for CUDA backends.");
+        "(docs/spec.md section 7). Copy it to the device for CUDA backends.");
   m.def(
       "yarn_softmax_scale",
       [](int d_nope, int d_r, double factor, double mscale_all_dim) {
@@ -62,7 +62,7 @@ void bind_helpers(nb::module_& m) {
         return yarn_inv_freq(make_config(d_r, base, factor, orig_max_pos, beta_fast, beta_slow, 1.0, 1.0));
       },
       nb::kw_only(), arg("d_r") = 64, arg("base") = 10000.0, arg("factor") = 40.0, arg("orig_max_pos") = 4096,
-      arg("beta_fast") = 32.0, arg("beta_slow") = 1.0, "theta'_i for i in [0, d_r/2) (SPEC.md section 7).");
+      arg("beta_fast") = 32.0, arg("beta_slow") = 1.0, "theta'_i for i in [0, d_r/2) (docs/spec.md section 7).");
   m.def("version", [] { return std::string(version()); }, "MLAKit version, e.g. '0.1.0'.");
   m.def("build_info", [] { return build_info(); }, "Build options, e.g. 'cuda=ON archs=80;90a'.");
 }

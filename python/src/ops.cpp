@@ -1,4 +1,4 @@
-// One-shot bindings of every operation of SPEC.md sections 1-8, each with a `select_<op>` twin that
+// One-shot bindings of every operation of docs/spec.md sections 1-8, each with a `select_<op>` twin that
 // answers which backend would run the same call. A builder turns the Python arguments into the C++
 // problem (conversion only); def_op() adds backend choice, the stream and execution.
 
@@ -215,7 +215,7 @@ void def_op(nb::module_& m, const char* name, const char* select_name, Problem (
 
 void bind_ops(nb::module_& m) {
   def_op(m, "decode", "select_decode", &build_decode,
-         "Dense decode (SPEC.md section 1) in one call: plans and runs with a temporary workspace. "
+         "Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. "
          "Engines decoding many layers per step should use DecodePlan.",
          arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),
          nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("workspace") = nb::none());
@@ -226,32 +226,32 @@ void bind_ops(nb::module_& m) {
                    arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"), arg("causal") = false,
                    arg("workspace"));
   def_op(m, "sparse_decode", "select_sparse_decode", &build_sparse_decode,
-         "Sparse top-k decode over global row ids (SPEC.md section 2).", arg("q"), arg("kv_cache"),
+         "Sparse top-k decode over global row ids (docs/spec.md section 2).", arg("q"), arg("kv_cache"),
          arg("indices"), arg("out"), arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"),
          arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(), arg("workspace") = nb::none());
   def_workspace_bytes(m, "sparse_decode_workspace_bytes", &build_sparse_decode, arg("q"), arg("kv_cache"),
                       arg("indices"), arg("out"), arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"),
                       arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(), arg("workspace") = nb::none());
   def_op(m, "prefill", "select_prefill", &build_prefill,
-         "Ragged prefill in the non-absorbed MHA form (SPEC.md section 3).", arg("q"), arg("k"), arg("v"),
+         "Ragged prefill in the non-absorbed MHA form (docs/spec.md section 3).", arg("q"), arg("k"), arg("v"),
          arg("cu_seqlens_q"), arg("cu_seqlens_k"), arg("out"), arg("lse") = nb::none(), nb::kw_only(),
          arg("softmax_scale"), arg("causal") = false);
   def_op(m, "merge", "select_merge", &build_merge,
-         "Merges n partial attention states (SPEC.md section 6). In place when out/lse alias part 0.",
+         "Merges n partial attention states (docs/spec.md section 6). In place when out/lse alias part 0.",
          arg("parts_out"), arg("parts_lse"), arg("out"), arg("lse") = nb::none(), nb::kw_only());
   def_op(m, "merge_pair", "select_merge_pair", &build_merge_pair,
-         "Merges two partial attention states (SPEC.md section 6). In place when out/lse alias out_a/lse_a.",
+         "Merges two partial attention states (docs/spec.md section 6). In place when out/lse alias out_a/lse_a.",
          arg("out_a"), arg("lse_a"), arg("out_b"), arg("lse_b"), arg("out"), arg("lse") = nb::none(), nb::kw_only());
   def_op(m, "append_kv", "select_append_kv", &build_append_kv,
-         "Writes new tokens into the paged cache (SPEC.md section 7), optionally rotating k_pe (and q in "
+         "Writes new tokens into the paged cache (docs/spec.md section 7), optionally rotating k_pe (and q in "
          "place) with RoPE and emitting q in fp8.",
          arg("kv_c"), arg("k_pe"), arg("slot_mapping"), arg("kv_cache"), nb::kw_only(), arg("positions") = nb::none(),
          arg("cos_sin") = nb::none(), arg("rope_style") = "interleaved", arg("q") = nb::none(),
          arg("q_fp8") = nb::none(), arg("q_scale") = nb::none());
-  def_op(m, "rope", "select_rope", &build_rope, "Applies RoPE to x in place (SPEC.md section 7).", arg("x"),
+  def_op(m, "rope", "select_rope", &build_rope, "Applies RoPE to x in place (docs/spec.md section 7).", arg("x"),
          arg("positions"), arg("cos_sin"), nb::kw_only(), arg("style") = "interleaved");
   def_op(m, "gather_kv", "select_gather_kv", &build_gather_kv,
-         "Dequantised cache rows of every request, concatenated, as bf16 (SPEC.md section 8).", arg("kv_cache"),
+         "Dequantised cache rows of every request, concatenated, as bf16 (docs/spec.md section 8).", arg("kv_cache"),
          arg("block_table"), arg("seq_lens"), arg("cu_out"), arg("out"), nb::kw_only());
 }
 

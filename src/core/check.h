@@ -1,6 +1,6 @@
 #pragma once
 // Building blocks of validate(): each check builds its message from the same values it tests, in the
-// form "field=value: rule" (SPEC.md section 9), so a message can never drift from its check.
+// form "field=value: rule" (docs/spec.md section 9), so a message can never drift from its check.
 
 #include <cstdint>
 #include <initializer_list>
@@ -33,7 +33,7 @@ Status same_device(const TensorView& t, std::string_view name, Device device, st
 Status positive_finite(std::string_view field, double value, std::string_view note = {});
 /// Latent geometry: d_c >= 1, d_r >= 0 and even.
 Status dims(const MlaDims& d, std::string_view name);
-/// Which page sizes a cache may have (SPEC.md section 2): operations that walk a block table need a power of
+/// Which page sizes a cache may have (docs/spec.md section 2): operations that walk a block table need a power of
 /// two in [kMinPageSize, kMaxPageSize]; sparse decode locates rows by id alone and takes any P >= 1.
 enum class PageRule { kPowerOfTwo, kAny };
 /// A paged cache: layout, page size rule, format/geometry, strides, scale; on `device`.

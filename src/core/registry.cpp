@@ -1,4 +1,4 @@
-// Backend registry and automatic selection (SPEC.md section 9): the highest-priority backend whose
+// Backend registry and automatic selection (docs/spec.md section 9): the highest-priority backend whose
 // supports() says yes; every other backend is reported with its reason. A named backend is used or the
 // call fails with its reason: nothing is rerouted silently.
 

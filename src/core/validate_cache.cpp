@@ -1,4 +1,4 @@
-// validate() of the cache operations: RoPE, append_kv (SPEC.md section 7) and gather_kv (section 8).
+// validate() of the cache operations: RoPE, append_kv (docs/spec.md section 7) and gather_kv (section 8).
 
 #include "core/check.h"
 

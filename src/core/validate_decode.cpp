@@ -1,4 +1,4 @@
-// validate() of the decode problems (SPEC.md sections 1, 2 and 9).
+// validate() of the decode problems (docs/spec.md sections 1, 2 and 9).
 
 #include "core/check.h"
 
@@ -67,7 +67,7 @@ Status SparseDecodeProblem::validate() const {
   if (dev.is_cpu()) {
     const int64_t rows = kv.num_pages() * kv.page_size();
     for (int64_t bi = 0; bi < batch(); ++bi) {
-      int64_t used = topk();  // columns >= topk_length[b] are ignored (SPEC.md section 2): never checked
+      int64_t used = topk();  // columns >= topk_length[b] are ignored (docs/spec.md section 2): never checked
       if (topk_length.defined()) {
         used = topk_length.ptr<const int32_t>()[bi * topk_length.stride[0]];
         MLAKIT_TRY(check::range("topk_length[" + std::to_string(bi) + "]", used, 0, topk(), "topk"));

@@ -1,4 +1,4 @@
-// validate() of prefill (SPEC.md section 3) and of the merge forms (section 6).
+// validate() of prefill (docs/spec.md section 3) and of the merge forms (section 6).
 
 #include "core/check.h"
 

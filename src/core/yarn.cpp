@@ -1,4 +1,4 @@
-// DeepSeek's YaRN RoPE helpers (SPEC.md section 7), computed in double and stored as float32.
+// DeepSeek's YaRN RoPE helpers (docs/spec.md section 7), computed in double and stored as float32.
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// SPEC.md section 7: write new tokens into the paged cache, with optional fused RoPE and fp8 q.
+// docs/spec.md section 7: write new tokens into the paged cache, with optional fused RoPE and fp8 q.
 //
 // Decision (fused == unfused): the rotated k_pe is rounded to k_pe's own dtype before it is encoded, exactly
 // as if rope() had written it back and a plain append_kv had then read it. So "append with positions" gives

@@ -1,4 +1,4 @@
-// Dense decode, SPEC.md section 1: every query row attends to the visible rows of its request's paged
+// Dense decode, docs/spec.md section 1: every query row attends to the visible rows of its request's paged
 // cache. Each request's rows are dequantised once into float32 (shared by all s_q x h_q query rows,
 // up to 8 x 128 for DeepSeek MTP) and the query rows then run in parallel.
 

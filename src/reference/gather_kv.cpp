@@ -1,4 +1,4 @@
-// SPEC.md section 8: dequantised cache rows of every request, concatenated into out [sum L_b, d_qk]
+// docs/spec.md section 8: dequantised cache rows of every request, concatenated into out [sum L_b, d_qk]
 // at row offsets cu_out[b]. Rows of `out` outside [cu_out[b], cu_out[b] + L_b) are not touched.
 
 #include <string>

@@ -1,4 +1,4 @@
-// Row codecs of SPEC.md section 4. Rows are addressed through byte pointers with arbitrary strides, so
+// Row codecs of docs/spec.md section 4. Rows are addressed through byte pointers with arbitrary strides, so
 // every multi-byte value is moved with memcpy (no alignment assumption).
 
 #include "reference/kv_rows.h"

@@ -1,5 +1,5 @@
 #pragma once
-// Encoding and decoding of single cache rows (SPEC.md section 4). Shared by every reference operation
+// Encoding and decoding of single cache rows (docs/spec.md section 4). Shared by every reference operation
 // that reads or writes the cache, and by tests that build caches.
 
 #include <cstdint>
@@ -24,7 +24,7 @@ inline uint8_t* kv_row_ptr_mut(const KvCacheView& cache, int64_t page, int64_t r
 /// Dequantises one row into `out[0, d_qk)` as float32.
 void decode_kv_row(const KvCacheView& cache, const uint8_t* row, float* out);
 
-/// Quantises `values[0, d_qk)` into one row in the cache's format (the writer rules of SPEC.md 4).
+/// Quantises `values[0, d_qk)` into one row in the cache's format (the writer rules of docs/spec.md 4).
 void encode_kv_row(const KvCacheView& cache, const float* values, uint8_t* row);
 
 }  // namespace mlakit::reference

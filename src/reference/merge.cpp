@@ -1,4 +1,4 @@
-// Merging partial attention states, SPEC.md section 6:
+// Merging partial attention states, docs/spec.md section 6:
 //   M = max_s L_s,  L = M + ln sum_s exp(L_s - M),  O = sum_s exp(L_s - L) O_s
 // with L = -inf and O = 0 when every L_s = -inf. Parts with L_s = -inf carry no keys and are skipped, so
 // whatever their O_s holds (even NaN) cannot leak into the result. Each output element is written only

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU reference: one function per operation of SPEC.md sections 1-8, each in its own file.
+// The CPU reference: one function per operation of docs/spec.md sections 1-8, each in its own file.
 // They are called only with problems that passed validate(); they accept any geometry (d_c, d_r, P).
 // Plain loops, float32 accumulation (float64 where cheap), parallel over independent rows.
 

@@ -1,4 +1,4 @@
-// Ragged prefill in the non-absorbed form, SPEC.md section 3. Request b owns queries
+// Ragged prefill in the non-absorbed form, docs/spec.md section 3. Request b owns queries
 // [cu_seqlens_q[b], cu_seqlens_q[b+1]) and keys [cu_seqlens_k[b], cu_seqlens_k[b+1]); with `causal`,
 // query i sees keys j <= i + Lk_b - Lq_b (bottom-right aligned). Each request's K and V are converted
 // to float32 once and its (query, head) rows then run in parallel.

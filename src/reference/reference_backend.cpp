@@ -1,4 +1,4 @@
-// The CPU reference backend: SPEC.md in executable form. Accepts every valid problem, any geometry,
+// The CPU reference backend: docs/spec.md in executable form. Accepts every valid problem, any geometry,
 // page sizes 1..256. It is the oracle every other backend is tested against, so it favours clarity
 // over speed; it is still parallel over requests x heads so that the CPU demo finishes in seconds.
 
@@ -14,7 +14,7 @@ class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
   std::string description() const override {
-    return "CPU reference: SPEC.md as plain loops, float32 accumulation, std::thread over rows";
+    return "CPU reference: docs/spec.md as plain loops, float32 accumulation, std::thread over rows";
   }
   DeviceType device_type() const override { return DeviceType::kCPU; }
   int priority() const override { return 0; }

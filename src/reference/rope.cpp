@@ -1,4 +1,4 @@
-// SPEC.md section 7: RoPE in place on x [T, H, d_r], one table row per token position.
+// docs/spec.md section 7: RoPE in place on x [T, H, d_r], one table row per token position.
 
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// The one RoPE pair rotation of SPEC.md section 7, shared by the reference rope and the fused RoPE of
+// The one RoPE pair rotation of docs/spec.md section 7, shared by the reference rope and the fused RoPE of
 // append_kv so both produce the same bits.
 
 #include <cstdint>

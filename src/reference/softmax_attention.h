@@ -1,7 +1,7 @@
 #pragma once
-// The one softmax-attention loop of the reference, shared by dense decode (SPEC.md 1), sparse decode
-// (SPEC.md 2) and prefill (SPEC.md 3): one query over n keys already dequantised to float32.
-// Accumulates in float64 (cheap here and keeps the oracle's own error far below SPEC.md 10 tolerances).
+// The one softmax-attention loop of the reference, shared by dense decode (docs/spec.md 1), sparse decode
+// (docs/spec.md 2) and prefill (docs/spec.md 3): one query over n keys already dequantised to float32.
+// Accumulates in float64 (cheap here and keeps the oracle's own error far below docs/spec.md 10 tolerances).
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +26,7 @@ struct KeyValueRows {
   int64_t key_stride;
   const float* values;
   int64_t value_stride;
-  int64_t n;  ///< number of keys; 0 gives out = 0 and lse = -inf (SPEC.md 1, empty rows)
+  int64_t n;  ///< number of keys; 0 gives out = 0 and lse = -inf (docs/spec.md 1, empty rows)
 };
 
 /// out[c] = sum_j softmax(scale * <q, K_j>)_j * V_j[c] for c < d_v; returns LSE = ln sum_j exp(s_j).

@@ -1,4 +1,4 @@
-// Sparse (top-k) decode, SPEC.md section 2: query rows (b, i, *) attend to the cache rows listed in
+// Sparse (top-k) decode, docs/spec.md section 2: query rows (b, i, *) attend to the cache rows listed in
 // indices[b][i][0, topk_length[b]) as global ids page * P + offset. Negative ids are "no key";
 // duplicates count as often as they appear; no causal mask. The optional attention sink scales the
 // normalised output by 1 / (1 + exp(sink_h - LSE)) and leaves LSE unchanged.

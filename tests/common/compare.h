@@ -1,5 +1,5 @@
 #pragma once
-// Comparison of an operation's outputs against a reference with the tolerances of SPEC.md section 10.
+// Comparison of an operation's outputs against a reference with the tolerances of docs/spec.md section 10.
 // Every element is checked; the result names the first failing index with its value and the expected
 // one, and counts all failures, so a test never passes on "most elements are close".
 
@@ -14,13 +14,13 @@
 
 namespace mlakit::test {
 
-/// Elementwise bound |out - ref| <= vmax_coef * vmax + ref_coef * |ref| (SPEC.md 10).
+/// Elementwise bound |out - ref| <= vmax_coef * vmax + ref_coef * |ref| (docs/spec.md 10).
 struct OutTolerance {
   double vmax_coef;
   double ref_coef;
 };
 
-/// bf16: 2^-8 vmax + 2^-6 |ref|; fp16: 2^-10 vmax + 2^-9 |ref|. fp32 is not in SPEC.md: a float32
+/// bf16: 2^-8 vmax + 2^-6 |ref|; fp16: 2^-10 vmax + 2^-9 |ref|. fp32 is not in docs/spec.md: a float32
 /// rounding of a float64 result is exact to 2^-24, and 2^-20 leaves room for summation order.
 OutTolerance out_tolerance(DType out_dtype);
 
@@ -29,7 +29,7 @@ OutTolerance out_tolerance(DType out_dtype);
 /// 2^-24 for fp32), plus 2^-20 * vmax for subnormal results and summation order.
 OutTolerance reference_rounding_tolerance(DType out_dtype);
 
-/// LSE bound |lse - ref| <= kLseAbs + kLseRel * |ref| (SPEC.md 10).
+/// LSE bound |lse - ref| <= kLseAbs + kLseRel * |ref| (docs/spec.md 10).
 inline constexpr double kLseAbs = 1e-4;
 inline constexpr double kLseRel = 1e-4;
 

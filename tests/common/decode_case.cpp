@@ -17,7 +17,7 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// ---- decoders written from SPEC.md section 4 alone (the oracle must not share code with the reference) ----
+// ---- decoders written from docs/spec.md section 4 alone (the oracle must not share code with the reference) ----
 
 double oracle_e4m3(uint8_t b) {
   const int sign = b >> 7, exponent = (b >> 3) & 0xF, mantissa = b & 0x7;
@@ -46,7 +46,7 @@ std::vector<uint16_t> random_half(std::mt19937_64& rng, size_t n, float range, D
 }
 
 /// Writes one row of `values` into `row` in the cache's format: bf16/fp16 here, fp8 through the
-/// library's writer (SPEC.md 4 rules); the oracle later decodes the bytes on its own.
+/// library's writer (docs/spec.md 4 rules); the oracle later decodes the bytes on its own.
 void encode_row(const KvCacheView& view, const std::vector<float>& values, uint8_t* row) {
   if (view.format == KvFormat::kBF16 || view.format == KvFormat::kFP16) {
     const DType dtype = view.format == KvFormat::kBF16 ? DType::kBF16 : DType::kFP16;

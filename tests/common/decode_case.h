@@ -1,6 +1,6 @@
 #pragma once
-// Random inputs for dense and sparse decode (SPEC.md sections 1 and 2), held in host vectors, built the
-// way the tests of SPEC.md section 10 want them:
+// Random inputs for dense and sparse decode (docs/spec.md sections 1 and 2), held in host vectors, built the
+// way the tests of docs/spec.md section 10 want them:
 //  - a paged cache in any KvFormat whose unused rows, unused pages and page padding are all 0xFF bytes
 //    (NaN in bf16, fp16 and e4m3; a NaN scale in fp8_ds_mla), so any read of them shows up as NaN;
 //  - a shuffled block table with -1 past the used pages and garbage in the row-stride padding;
@@ -16,7 +16,7 @@
 
 namespace mlakit::test {
 
-/// DeepSeek-V3's tau (SPEC.md section 7): 1.3688879^2 / sqrt(192).
+/// DeepSeek-V3's tau (docs/spec.md section 7): 1.3688879^2 / sqrt(192).
 inline constexpr float kDeepSeekSoftmaxScale = 0.13523378f;
 /// Every poisoned byte: 0xFFFF is NaN in bf16/fp16, 0xFF in e4m3, 0xFFFFFFFF in float32.
 inline constexpr uint8_t kPoisonByte = 0xFF;
@@ -95,7 +95,7 @@ struct DecodeCase {
   std::vector<float> out_floats() const;
   /// q as float64 [b, s_q, h_q, d_qk] (oracle_half_to_double of the bits).
   std::vector<double> q_values() const;
-  /// Largest |V| over the rows of request b (V = first d_c columns): SPEC.md 10's vmax, per request.
+  /// Largest |V| over the rows of request b (V = first d_c columns): docs/spec.md 10's vmax, per request.
   float request_vmax(int64_t b) const;
   /// request_vmax repeated for every output row [b, s_q, h_q], as check_out wants it.
   std::vector<float> row_vmax() const;

@@ -1,4 +1,4 @@
-// append_kv (SPEC.md section 7) and gather_kv (section 8) of the reference, for all four formats and page
+// append_kv (docs/spec.md section 7) and gather_kv (section 8) of the reference, for all four formats and page
 // sizes 1..256: rows land in the right slot and nowhere else, gather returns them at cu_out offsets, the
 // round trip stays within each format's error, fused RoPE equals rope-then-append, and bad slots or
 // positions are rejected before any byte is written.
@@ -130,7 +130,7 @@ struct Cache {
   }
 };
 
-/// The row bytes the writer rules of SPEC.md section 4 give for `x` (d_qk floats). bf16, fp16 and
+/// The row bytes the writer rules of docs/spec.md section 4 give for `x` (d_qk floats). bf16, fp16 and
 /// fp8_e4m3 are computed here from numeric.h; fp8_ds_mla's group-scale rule has its own golden tests
 /// (test_kv_format), so its row comes from the reference encoder.
 std::vector<uint8_t> expected_row(const KvCacheView& cache, const std::vector<float>& x) {
@@ -168,7 +168,7 @@ float dequant(const KvCacheView& cache, const uint8_t* row, int64_t i) {
   return NAN;
 }
 
-/// |dequant(encode(x)) - x| bound of each format (half a step of round-to-nearest, SPEC.md section 10).
+/// |dequant(encode(x)) - x| bound of each format (half a step of round-to-nearest, docs/spec.md section 10).
 double format_error_bound(const KvCacheView& cache, const uint8_t* row, int64_t i, double x) {
   const double ax = std::fabs(x);
   switch (cache.format) {

@@ -1,6 +1,6 @@
 // The CPU reference, through the public backend API, reproduces every case of the FlashMLA golden
 // vectors (MLAKIT_TESTDATA_DIR "/flashmla", see its README.md): dense decode with bf16 caches (causal,
-// MTP, empty requests) and sparse decode over fp8_ds_mla caches. out is compared with SPEC.md section 10's
+// MTP, empty requests) and sparse decode over fp8_ds_mla caches. out is compared with docs/spec.md section 10's
 // bf16 tolerance, lse with the LSE tolerance after converting FlashMLA's two conventions: its lse is
 // [b, h_q, s_q] (ours [b, s_q, h_q]) and +inf for rows with no key (ours -inf).
 

@@ -1,4 +1,4 @@
-// Row codecs of SPEC.md section 4: a hand-derived fp8_ds_mla golden row, the writer's power-of-two scale
+// Row codecs of docs/spec.md section 4: a hand-derived fp8_ds_mla golden row, the writer's power-of-two scale
 // rule, bit-exact agreement with FlashMLA's fp8_ds_mla bytes, and the quantisation error of every format.
 
 #include <gtest/gtest.h>
@@ -219,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(SparseCases, FlashMlaRows,
                          ::testing::Values("sparse_b1_sq1_h128_topk256", "sparse_b2_sq2_h64_topk128"));
 
 // ---------------------------------------------------------------------------------------------------------
-// Quantisation error of encode -> decode per format (SPEC.md section 10, last item). Bounds are half a step
+// Quantisation error of encode -> decode per format (docs/spec.md section 10, last item). Bounds are half a step
 // of round-to-nearest: bf16 2^-8 relative, fp16 2^-11 relative (+2^-25 for subnormals), e4m3 2^-4 relative
 // after scaling (+2^-10 * scale below its normal range 2^-6).
 

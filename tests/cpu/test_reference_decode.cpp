@@ -1,4 +1,4 @@
-// The CPU reference's dense decode (SPEC.md section 1) against a float64 oracle written here from the
+// The CPU reference's dense decode (docs/spec.md section 1) against a float64 oracle written here from the
 // SPEC text, plus properties that need no oracle: uniform scores give the mean of V, the causal rule
 // equals truncating L_b, split-KV + merge equals the unsplit result, empty rows give 0 / -inf, and
 // NaN-poisoned unused rows, pages and block-table entries are never read, for every page size.
@@ -31,7 +31,7 @@ struct OracleResult {
   std::vector<float> lse;  // [b, s_q, h_q]
 };
 
-/// SPEC.md section 1 in float64, from the case's independently decoded rows and q bits.
+/// docs/spec.md section 1 in float64, from the case's independently decoded rows and q bits.
 OracleResult oracle_decode(const DecodeCase& c) {
   const DecodeCaseConfig& cfg = c.config;
   const int64_t d_qk = cfg.dims.d_qk(), d_v = cfg.dims.d_v();
@@ -289,7 +289,7 @@ TEST(DecodeEmpty, AllRequestsEmptyGiveZeroAndMinusInf) {
 class DecodeSplitMerge : public ::testing::TestWithParam<std::tuple<KvFormat, int64_t /*chunks*/>> {};
 
 // Each request's keys are cut at random page boundaries into `chunks` parts (some empty); every part runs
-// as its own request over the same cache and the parts are merged with SPEC.md section 6. The result must
+// as its own request over the same cache and the parts are merged with docs/spec.md section 6. The result must
 // equal the unsplit call within the SPEC bf16 tolerance (the parts are rounded to bf16 before merging).
 TEST_P(DecodeSplitMerge, MergedChunksEqualUnsplit) {
   const auto [format, chunks] = GetParam();

@@ -1,4 +1,4 @@
-// The CPU reference's merge of partial attention states (SPEC.md section 6) against a float64 oracle
+// The CPU reference's merge of partial attention states (docs/spec.md section 6) against a float64 oracle
 // written here: N-way and pair forms, out of place and in place (out aliasing part 0 / out_a),
 // fp32/bf16/fp16 outputs, parts with lse = -inf (whose values are NaN here: they must never leak),
 // rows where every part is empty (out = 0, lse = -inf), strided rows and poisoned outputs.

@@ -1,4 +1,4 @@
-// The CPU reference's ragged prefill (SPEC.md section 3) against dense attention computed here in
+// The CPU reference's ragged prefill (docs/spec.md section 3) against dense attention computed here in
 // float64: ragged requests (including ones with no queries), causal bottom-right alignment, strided
 // token rows with NaN-poisoned padding, poisoned outputs, natural-log LSE.
 
@@ -110,7 +110,7 @@ struct OracleResult {
   std::vector<float> out, lse, row_vmax;
 };
 
-/// Dense attention per request and head in float64, with the bottom-right causal rule of SPEC.md 3.
+/// Dense attention per request and head in float64, with the bottom-right causal rule of docs/spec.md 3.
 OracleResult oracle_prefill(const PrefillCase& c) {
   const auto& cfg = c.cfg;
   const int64_t d_qk = cfg.geometry.d_qk, d_vh = cfg.geometry.d_vh;

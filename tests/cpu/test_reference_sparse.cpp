@@ -1,4 +1,4 @@
-// The CPU reference's sparse decode (SPEC.md section 2) against a float64 oracle written here, plus
+// The CPU reference's sparse decode (docs/spec.md section 2) against a float64 oracle written here, plus
 // properties: every negative id is "no key", all-invalid rows give 0 / -inf, topk_length hides the
 // columns past it (which point at NaN-poisoned rows), duplicates count, a -inf sink changes nothing and
 // a +inf sink zeroes out with LSE unchanged, selecting every row equals dense decode, and ids past the
@@ -31,7 +31,7 @@ struct OracleResult {
   std::vector<float> lse;
 };
 
-/// SPEC.md section 2 in float64 from the case's independently decoded rows.
+/// docs/spec.md section 2 in float64 from the case's independently decoded rows.
 OracleResult oracle_sparse(const SparseCase& c) {
   const SparseCaseConfig& cfg = c.config;
   const int64_t d_qk = cfg.dims.d_qk(), d_v = cfg.dims.d_v();
@@ -306,7 +306,7 @@ TEST(SparseThroughBackend, RegistryReferenceMatchesDirectCall) {
   EXPECT_EQ(direct.lse, via.lse);
 }
 
-// SPEC.md section 2: rows are located by id alone, so sparse decode takes any page size (FlashMLA's tests use
+// docs/spec.md section 2: rows are located by id alone, so sparse decode takes any page size (FlashMLA's tests use
 // 2, 53, 61, 69 and 576), while dense decode keeps its power-of-two rule.
 TEST(SparsePageSize, AnyPageSizeIsAcceptedDenseStillNeedsPowerOfTwo) {
   const Registry registry = make_default_registry();

@@ -1,4 +1,4 @@
-// Backend registry and selection (SPEC.md section 9): automatic selection picks the highest-priority
+// Backend registry and selection (docs/spec.md section 9): automatic selection picks the highest-priority
 // backend that supports the call and says why every other one was passed over; a named backend is used
 // or refused with its reason, never replaced; the public entry points validate before any backend runs.
 

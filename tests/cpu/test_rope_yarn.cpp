@@ -1,4 +1,4 @@
-// YaRN helpers (SPEC.md section 7) against values derived by hand from DeepSeek-V3's config, and the
+// YaRN helpers (docs/spec.md section 7) against values derived by hand from DeepSeek-V3's config, and the
 // reference RoPE against hand-made rotations and an independent double-precision rotation.
 
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ constexpr uint64_t kSeed = 7;
 // ---- YaRN scalars ----
 
 TEST(Yarn, DeepSeekV3SoftmaxScale) {
-  // SPEC.md section 7: tau = 1.3688879^2 / sqrt(192) = 0.13523378 for DeepSeek-V3.
+  // docs/spec.md section 7: tau = 1.3688879^2 / sqrt(192) = 0.13523378 for DeepSeek-V3.
   const double tau = yarn_softmax_scale(YarnConfig{});
   EXPECT_NEAR(tau, 0.13523378, 0.13523378 * 1e-7);
 }

@@ -1,4 +1,4 @@
-// SPEC.md section 9: every rule of validate() rejects a bad field with a message naming the field, the
+// docs/spec.md section 9: every rule of validate() rejects a bad field with a message naming the field, the
 // value and the rule. Each case starts from a valid problem, breaks exactly one thing, and asserts on the
 // full message text; the valid problem itself must pass, so a check that rejects everything fails too.
 
@@ -96,7 +96,7 @@ const DecodeRule kDecodeRules[] = {
 INSTANTIATE_TEST_SUITE_P(Rules, DecodeValidation, ::testing::ValuesIn(kDecodeRules),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// Contents of host-resident integer tensors are checked too (on the CPU only; see SPEC.md section 9).
+// Contents of host-resident integer tensors are checked too (on the CPU only; see docs/spec.md section 9).
 TEST(DecodeValidationContents, SeqLenBeyondTable) {
   DecodeCase& c = shared_case();
   DecodeProblem p = c.problem();

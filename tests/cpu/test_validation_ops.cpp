@@ -1,4 +1,4 @@
-// SPEC.md section 9 for the operations other than dense decode: one valid problem per operation (which
+// docs/spec.md section 9 for the operations other than dense decode: one valid problem per operation (which
 // must pass), then one broken field at a time with the exact message expected.
 
 #include <gtest/gtest.h>

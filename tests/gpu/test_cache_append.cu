@@ -1,4 +1,4 @@
-// cuda append_kv (SPEC.md sections 4 and 7) against the CPU reference, byte for byte: every format, input
+// cuda append_kv (docs/spec.md sections 4 and 7) against the CPU reference, byte for byte: every format, input
 // dtype, page size 1..128, token counts 0, 1, 7, 300 with duplicate-free random slots and ~20% padded
 // (negative) slots, contiguous and padded cache/input layouts; fused RoPE (interleaved and neox) on k_pe
 // and q_pe with and without the fp8 copy of q; device-side scale pointer replayed with a new value;

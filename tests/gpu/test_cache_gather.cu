@@ -1,4 +1,4 @@
-// cuda gather_kv (SPEC.md section 8) against the CPU reference, bit for bit: every format, page sizes
+// cuda gather_kv (docs/spec.md section 8) against the CPU reference, bit for bit: every format, page sizes
 // 1..128, requests of random lengths including 0, P and P + 1, shuffled block tables with -1 past the used
 // pages, padded layouts, and rows of arbitrary bytes (NaN, inf and subnormal codes included). Output rows
 // outside every request start as a byte pattern and must keep it. Also: device-side tables pointing

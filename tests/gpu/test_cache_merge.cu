@@ -1,4 +1,4 @@
-// cuda merge_states (SPEC.md section 6), two-way and N-way, in place and out of place, against the CPU
+// cuda merge_states (docs/spec.md section 6), two-way and N-way, in place and out of place, against the CPU
 // reference. Both compute weights and sums in double and round once to the output dtype, so they may
 // differ only where the two double sums straddle a rounding boundary: at most one unit in the last place
 // of the output dtype (checked with that bound, every element). Empty parts (L = -inf) carry NaN in their

@@ -1,4 +1,4 @@
-// cuda standalone RoPE (SPEC.md section 7) against the CPU reference, bit for bit: dtypes, both pairings,
+// cuda standalone RoPE (docs/spec.md section 7) against the CPU reference, bit for bit: dtypes, both pairings,
 // token and head counts, strided x. Tokens whose device-side position lies outside the table are left as
 // they are.
 

@@ -1,5 +1,5 @@
 // Every CUDA dense decode path (the portable "cuda", issue 3; the Hopper "cuda_sm90", issue 8) against the
-// CPU reference (SPEC.md sections 1, 9 and 10): every format x page size x head count x s_q, random lengths
+// CPU reference (docs/spec.md sections 1, 9 and 10): every format x page size x head count x s_q, random lengths
 // including 0 and L < s_q, NaN-poisoned unused pages and page tails, poisoned outputs and workspace, plus
 // batch 4096, many requests per CTA, long requests, a cache past 2^31 elements, CUDA-graph replay and the
 // golden FlashMLA cases. A path the device cannot run, or a format a path does not implement yet, is

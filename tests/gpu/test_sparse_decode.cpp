@@ -1,4 +1,4 @@
-// The CUDA sparse decode (issue 9, SPEC.md section 2) against the CPU reference with SPEC.md section 10's
+// The CUDA sparse decode (issue 9, docs/spec.md section 2) against the CPU reference with docs/spec.md section 10's
 // tolerances: every format x head counts {1, 3, 16, 32, 63, 64, 128} x s_q {1, 2, 4} x topk {1, 63, 512,
 // 2048}, with and without topk_length and attn_sink, odd page sizes, NaN-poisoned rows that only ignored
 // columns point at, negative ids, ids past the cache, duplicates, all-invalid rows, sinks of +-inf, a

@@ -1,7 +1,9 @@
-"""Shared fixtures of the Python tests: the golden FlashMLA vectors, seeded RNGs, SPEC.md tolerances."""
+"""Shared fixtures of the Python tests: the golden FlashMLA vectors, seeded RNGs, docs/spec.md tolerances."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,9 +17,16 @@ FP8 = ml_dtypes.float8_e4m3fn
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
 def testdata_dir() -> Path:
-    """MLAKIT_TESTDATA_DIR, else ../shared/testdata next to the repository (as the C++ tests do)."""
-    return Path(os.environ.get("MLAKIT_TESTDATA_DIR", REPO_ROOT.parent / "shared" / "testdata"))
+    """MLAKIT_TESTDATA_DIR when set; else the repository's own golden vectors (tests/data), unpacked into
+    build/testdata: the folder a default CMake build unpacks them into, reused when already right."""
+    if os.environ.get("MLAKIT_TESTDATA_DIR"):
+        return Path(os.environ["MLAKIT_TESTDATA_DIR"])
+    spec = importlib.util.spec_from_file_location("golden", REPO_ROOT / "tests" / "data" / "golden.py")
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
+    return golden.unpack(REPO_ROOT / "build" / "testdata", quiet=True)
 
 
 def flashmla_cases():
@@ -44,7 +53,7 @@ def load_case(folder: Path) -> dict:
 
 
 def bf16_tolerance(ref: np.ndarray, vmax) -> np.ndarray:
-    """SPEC.md section 10, bf16 outputs: 2^-8 * vmax + 2^-6 * |ref| (vmax broadcast per row)."""
+    """docs/spec.md section 10, bf16 outputs: 2^-8 * vmax + 2^-6 * |ref| (vmax broadcast per row)."""
     return 2.0**-8 * vmax + 2.0**-6 * np.abs(ref)
 
 
@@ -73,7 +82,7 @@ def assert_close(got, ref, tol, what: str):
 
 
 def assert_lse_close(got, ref, what="lse"):
-    """SPEC.md section 10: |lse - ref| <= 1e-4 + 1e-4 |ref|; infinite rows must match exactly."""
+    """docs/spec.md section 10: |lse - ref| <= 1e-4 + 1e-4 |ref|; infinite rows must match exactly."""
     ref = np.asarray(ref, np.float64)
     assert_close(got, ref, 1e-4 + 1e-4 * np.abs(np.where(np.isfinite(ref), ref, 0)), what)
 

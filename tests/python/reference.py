@@ -1,4 +1,4 @@
-"""Independent float64 numpy implementations of SPEC.md, written from the spec (not from the C++
+"""Independent float64 numpy implementations of docs/spec.md, written from the spec (not from the C++
 reference), so that the Python tests check the bindings end to end against a second definition."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def attention(q, keys, values, tau, visible):
 
 
 def decode(q, cache, block_table, seq_lens, tau, causal, d_c):
-    """SPEC.md section 1. q [b, s_q, h_q, d_qk]; cache [num_pages, P, d_qk] elements."""
+    """docs/spec.md section 1. q [b, s_q, h_q, d_qk]; cache [num_pages, P, d_qk] elements."""
     q = f64(q)
     cache = f64(cache)
     b, s_q, h_q, _ = q.shape
@@ -47,7 +47,7 @@ def decode(q, cache, block_table, seq_lens, tau, causal, d_c):
 
 
 def merge(parts_out, parts_lse):
-    """SPEC.md section 6: parts_out [n, rows, d], parts_lse [n, rows]."""
+    """docs/spec.md section 6: parts_out [n, rows, d], parts_lse [n, rows]."""
     o = f64(parts_out)
     ls = f64(parts_lse)
     m = ls.max(axis=0)
@@ -60,7 +60,7 @@ def merge(parts_out, parts_lse):
 
 
 def rope(x, positions, cos_sin, style):
-    """SPEC.md section 7: x [T, H, d_r] rotated by the table rows of `positions`."""
+    """docs/spec.md section 7: x [T, H, d_r] rotated by the table rows of `positions`."""
     x = f64(x)
     half = x.shape[-1] // 2
     cos = f64(cos_sin)[positions, :half][:, None, :]
@@ -79,7 +79,7 @@ def rope(x, positions, cos_sin, style):
 
 
 def prefill(q, k, v, cu_q, cu_k, tau, causal):
-    """SPEC.md section 3: ragged MHA, bottom-right causal."""
+    """docs/spec.md section 3: ragged MHA, bottom-right causal."""
     q, k, v = f64(q), f64(k), f64(v)
     t_q, h_q, _ = q.shape
     out = np.zeros((t_q, h_q, v.shape[2]))

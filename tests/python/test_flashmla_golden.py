@@ -1,4 +1,4 @@
-"""Every golden FlashMLA case (shared/testdata/flashmla) through mlakit.compat.flashmla unchanged, and
+"""Every golden FlashMLA case (tests/data/flashmla) through mlakit.compat.flashmla unchanged, and
 through the native API after converting its two conventions (lse layout and the sign of empty rows)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ SPARSE_CASES = [c for c in flashmla_cases() if c.values[0]["op"] == "sparse_deco
 
 
 def dense_vmax(d: dict, page_size: int) -> np.ndarray:
-    """Per request: the largest |V| over the rows it attends (SPEC.md section 10), shape [b, 1, 1, 1]."""
+    """Per request: the largest |V| over the rows it attends (docs/spec.md section 10), shape [b, 1, 1, 1]."""
     kv = d["kv_cache"].astype(np.float32)[:, :, 0, :D_C]
     vmax = np.zeros(len(d["seq_lens"]))
     for b, length in enumerate(d["seq_lens"]):
@@ -48,7 +48,7 @@ def dense_vmax(d: dict, page_size: int) -> np.ndarray:
 
 
 def dequant_ds_mla(cache: np.ndarray) -> np.ndarray:
-    """fp8_ds_mla bytes [..., 656] -> float32 kv_c [..., 512] (SPEC.md section 4)."""
+    """fp8_ds_mla bytes [..., 656] -> float32 kv_c [..., 512] (docs/spec.md section 4)."""
     quant = cache[..., :D_C].view(FP8).astype(np.float32)
     scales = cache[..., D_C : D_C + 16].copy().view(np.float32)
     return quant * np.repeat(scales, GROUP, axis=-1)
@@ -97,7 +97,7 @@ def test_compat_reproduces_flashmla(case, folder):
 
 @pytest.mark.parametrize("case,folder", CASES)
 def test_native_api_matches_after_converting_conventions(case, folder):
-    """Native conventions: lse [b, s_q, h_q], -inf for empty rows (SPEC.md section 1)."""
+    """Native conventions: lse [b, s_q, h_q], -inf for empty rows (docs/spec.md section 1)."""
     require_testdata()
     d = load_case(folder)
     q = d["q"]

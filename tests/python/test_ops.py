@@ -1,5 +1,5 @@
 """Every operation of the native API on the CPU reference backend, with numpy arrays, against the
-float64 implementations of reference.py (SPEC.md section 10 tolerances, poisoned outputs, NaN-poisoned
+float64 implementations of reference.py (docs/spec.md section 10 tolerances, poisoned outputs, NaN-poisoned
 unused cache rows, shuffled block tables)."""
 
 from __future__ import annotations

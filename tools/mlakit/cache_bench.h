@@ -1,5 +1,5 @@
 #pragma once
-// `mlakit bench --mode append|gather`: the cache operations of SPEC.md sections 7 and 8 on a
+// `mlakit bench --mode append|gather`: the cache operations of docs/spec.md sections 7 and 8 on a
 // DeviceMemory, timed like decode (median, cache flushed before each repetition) and checked byte for
 // byte against the CPU reference.
 

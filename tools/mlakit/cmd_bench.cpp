@@ -26,8 +26,9 @@ constexpr int64_t kCpuGatherRows = 65536;
 
 constexpr const char* kHelp = R"(usage: mlakit bench [options]
   --mode M           decode (default) | sparse (sparse_decode) | append (append_kv) | gather (gather_kv)
-  --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (GPU.md's nine
-                     shapes; on a GPU without --backend, every CUDA decode path the device runs, one row each)
+  --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (the nine
+                     anchor shapes of docs/performance.md; on a GPU without --backend, every CUDA decode path
+                     the device runs, one row each)
                      sparse: default (b=128, s_q=2, h_q=128, topk=2048, fp8_ds_mla) | anchors (issue 9's five shapes)
   --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
@@ -127,7 +128,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
   f << "  ]\n}\n";
 }
 
-/// The decode presets: time, rates, comparison with GPU.md, sampled check against the reference.
+/// The decode presets: time, rates, comparison with the anchors, sampled check against the reference.
 int bench_decode(const Args& args, const Registry& registry, const Preference& pref, DeviceMemory* mem, bool on_cpu,
                  int64_t iters) {
   std::vector<DecodeSpec> specs;
@@ -181,15 +182,16 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
                                                         : "OUTSIDE SPEC TOLERANCE";
     if (r.backend != "reference" && !r.check.passed()) ++failures;
     const std::string err = r.backend == "reference" ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
-    // Speed-up over GPU.md's H100 times of the same bf16 shape ("-" where GPU.md has none).
+    // Speed-up over the anchor H100 times of the same bf16 shape ("-" where there is none).
     const auto ratio = [&](double theirs) { return theirs > 0 ? std::to_string(theirs / r.median_ms).substr(0, 4) : "-"; };
     std::printf("%-44s %-9s %9.4f %8.1f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
                 r.backend.c_str(), r.median_ms, r.plan_ms * 1e3, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
                 100 * gbs / kCopyCeilingGBs, ratio(r.spec.flashmla_ms).c_str(), ratio(r.spec.triton_ms).c_str(),
                 err.c_str(), check.c_str());
   }
-  std::printf("%%peak, %%copy: of the H100 ceilings (745 TFLOP/s, 3005 GB/s); xFlash, xTriton: GPU.md's H100 time of the\n"
-              "same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster than them)\n");
+  std::printf("%%peak, %%copy: of the H100 ceilings (745 TFLOP/s, 3005 GB/s); xFlash, xTriton: the anchor H100 time\n"
+              "(docs/performance.md) of the same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster\n"
+              "than them)\n");
   if (on_cpu) std::printf("(CPU run: the ceilings and comparisons are for scale only)\n");
   if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()));
   return failures ? 1 : 0;

@@ -45,7 +45,7 @@ DecodeSpec shrink_for_cpu(const DecodeSpec& spec) {
   DecodeSpec s = spec;
   s.batch = std::min(spec.batch, kCpuBatch);
   s.ctx = std::min(spec.ctx, kCpuCtx);
-  if (s.batch != spec.batch || s.ctx != spec.ctx) s.flashmla_ms = s.triton_ms = 0;  // no longer GPU.md's shape
+  if (s.batch != spec.batch || s.ctx != spec.ctx) s.flashmla_ms = s.triton_ms = 0;  // no longer an anchor shape
   return s;
 }
 
@@ -63,7 +63,7 @@ Status preset_specs(const std::string& preset, std::vector<DecodeSpec>* out) {
   out->clear();
   if (preset == "default") {
     out->push_back(make(128, 1, 8192, 16, 0.479, 0.763));  // DeepSeek-V3 TP8 decode step
-  } else if (preset == "anchors") {  // ../shared/GPU.md, in its order, with its FlashMLA and Triton times
+  } else if (preset == "anchors") {  // docs/performance.md "Anchors and ceilings", in its order and times
     *out = {make(128, 1, 4096, 128, 0.282, 1.64),   make(128, 1, 16384, 128, 1.037, 6.65),
             make(128, 1, 32768, 128, 1.968, 21.7),  make(128, 2, 8192, 128, 0.915, 0, true),
             make(128, 1, 8192, 64, 0.484, 2.78),    make(128, 1, 8192, 16, 0.479, 0.763),
@@ -99,7 +99,7 @@ Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs) {
     MLAKIT_TRY(args.get_int("page-size", s.page_size, &s.page_size));
     if (args.has("causal")) s.causal = true;
     for (const char* shape_option : {"batch", "ctx", "heads", "s-q", "page-size", "causal"}) {
-      if (args.has(shape_option)) s.flashmla_ms = s.triton_ms = 0;  // GPU.md measured other shapes
+      if (args.has(shape_option)) s.flashmla_ms = s.triton_ms = 0;  // the anchors are other shapes
     }
     if (formats.empty()) {
       result.push_back(s);
@@ -107,7 +107,7 @@ Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs) {
       for (KvFormat f : formats) {
         DecodeSpec with_format = s;
         with_format.format = f;
-        if (f != KvFormat::kBF16) with_format.flashmla_ms = with_format.triton_ms = 0;  // GPU.md is bf16 only
+        if (f != KvFormat::kBF16) with_format.flashmla_ms = with_format.triton_ms = 0;  // the anchors are bf16 only
         result.push_back(with_format);
       }
     }

@@ -1,6 +1,6 @@
 #pragma once
 // A decode workload as the CLI describes it (batch, context, heads, ...), its presets, and the byte and
-// FLOP models of ../shared/GPU.md used to turn a time into GB/s and TFLOP/s.
+// FLOP models of docs/performance.md ("Anchors and ceilings") used to turn a time into GB/s and TFLOP/s.
 
 #include <cstdint>
 #include <string>
@@ -19,19 +19,19 @@ struct DecodeSpec {
   int64_t page_size = 64;
   KvFormat format = KvFormat::kBF16;
   bool causal = false;
-  float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (SPEC.md section 7)
-  /// ../shared/GPU.md's H100 times for this exact shape in bf16 (0: not measured there, or not supported).
+  float softmax_scale = 0.13523378f;  // DeepSeek-V3 tau (docs/spec.md section 7)
+  /// The anchor H100 times for this exact shape in bf16 (0: not measured there, or not supported).
   double flashmla_ms = 0;
   double triton_ms = 0;  // SGLang's Triton decode, best case
 
   std::string describe() const;  // "b=128 s_q=1 L=8192 h_q=16 P=64 kv=bf16"
   /// Bytes a decode must move at least: every cache row read once, q read and out written once.
   double bytes_moved() const;
-  /// 2 * (d_qk + d_v) FLOPs per (query row, key) pair (GPU.md's model).
+  /// 2 * (d_qk + d_v) FLOPs per (query row, key) pair (the anchors' model).
   double flops() const;
 };
 
-/// Measured ceilings of the H100 (../shared/GPU.md, 2026-11-22).
+/// Measured ceilings of the H100 (docs/performance.md, "Anchors and ceilings", 2026-11-22).
 inline constexpr double kCopyCeilingGBs = 3005.0;
 inline constexpr double kGemmCeilingTFlops = 745.0;
 
@@ -39,7 +39,7 @@ inline constexpr double kGemmCeilingTFlops = 745.0;
 /// seconds (b = 2, L = 1024).
 DecodeSpec shrink_for_cpu(const DecodeSpec& spec);
 
-/// "default" (DeepSeek-V3 TP8 step: b=128, L=8192, h_q=16), "anchors" (the nine shapes of GPU.md, in each
+/// "default" (DeepSeek-V3 TP8 step: b=128, L=8192, h_q=16), "anchors" (the nine anchor shapes, in each
 /// KV format of --kv-format or all three of bf16/fp8_e4m3/fp8_ds_mla with --kv-format all).
 Status preset_specs(const std::string& preset, std::vector<DecodeSpec>* out);
 

@@ -12,7 +12,7 @@
 
 namespace mlakit::cli {
 
-/// Result of comparing sampled requests with the reference (SPEC.md section 10, bf16 rule).
+/// Result of comparing sampled requests with the reference (docs/spec.md section 10, bf16 rule).
 struct SampleCheck {
   int requests = 0;        // requests compared
   double max_abs_err = 0;  // max |out - ref| over every compared element
@@ -21,7 +21,7 @@ struct SampleCheck {
   bool passed() const { return worst_ratio <= 1.0 && lse_ok; }
 };
 
-/// Adds one compared request to `result`: out and ref as bf16 bits, lse and ref_lse, and the vmax of SPEC.md
+/// Adds one compared request to `result`: out and ref as bf16 bits, lse and ref_lse, and the vmax of docs/spec.md
 /// section 10 (largest |V| among the rows the request attends, or an upper bound of it).
 void compare_sample(const std::vector<uint16_t>& out, const std::vector<uint16_t>& ref, const std::vector<float>& lse,
                     const std::vector<float>& ref_lse, double vmax, SampleCheck* result);

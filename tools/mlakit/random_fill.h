@@ -1,7 +1,8 @@
 #pragma once
 // Deterministic random contents for benchmark inputs, computed per element from (seed, index) so the
 // CPU and a CUDA fill kernel produce the same bytes without a shared generator state.
-// Values are uniform in [-1, 1], as in ../shared/GPU.md's measurements (never zeros: they can run faster).
+// Values are uniform in [-1, 1], as in the anchor measurements of docs/performance.md (never zeros: they can
+// run faster).
 
 #include <cstdint>
 

@@ -91,7 +91,7 @@ Status create(const SparseBenchSpec& spec, DeviceMemory* mem, SparseWorkload* w)
 }
 
 /// The first and last batch entries, recomputed by the reference over a host copy of their context (ids
-/// renumbered into it) and compared with SPEC.md section 10's bf16 rule.
+/// renumbered into it) and compared with docs/spec.md section 10's bf16 rule.
 Status check_sample(const SparseBenchSpec& spec, const SparseWorkload& w, DeviceMemory* mem, const Backend& reference,
                     SampleCheck* result) {
   const int64_t b = spec.batch, s_q = spec.s_q, h_q = spec.h_q, p = spec.page_size, topk = spec.topk;

@@ -1,5 +1,5 @@
 #pragma once
-// `mlakit bench --mode sparse`: sparse (top-k) decode of SPEC.md section 2 on a DeviceMemory, whole call timed
+// `mlakit bench --mode sparse`: sparse (top-k) decode of docs/spec.md section 2 on a DeviceMemory, whole call timed
 // like decode (median, cache flushed before each repetition), a sample of query tokens checked against the
 // CPU reference. Decode shapes give every request its own context with random distinct ids in it; the
 // prefill shape runs b = tokens of one sequence, each token with its own ids, as engines call it.

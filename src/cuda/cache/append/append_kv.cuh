@@ -1,5 +1,5 @@
 #pragma once
-// append_kv with optional fused RoPE and fp8 q (SPEC.md sections 4 and 7): device code only.
+// append_kv with optional fused RoPE and fp8 q (docs/spec.md sections 4 and 7): device code only.
 //
 // One warp per token writes its cache row: kv_c in 8-element chunks (one 16-byte load per lane and chunk,
 // 2 chunks per lane at d_c = 512), k_pe one rotation pair per lane (32 pairs at d_r = 64). The same launch
@@ -9,7 +9,7 @@
 // contraction into FMA where it could change a rounding.
 //
 // Device-side index guards (the host cannot read device-resident slots or positions):
-//  - slot < 0: padding, the token is skipped (SPEC.md 7);
+//  - slot < 0: padding, the token is skipped (docs/spec.md 7);
 //  - slot >= num_pages * P: the token is skipped, nothing is written (the reference rejects the call);
 //  - position outside [0, max_pos) with fused RoPE: the token's cache row is not written and its q row is
 //    not rotated (the table is never read outside its rows); q_fp8 is still written from q as it stands,

@@ -1,5 +1,5 @@
 #pragma once
-// gather_kv (SPEC.md section 8): dequantised bf16 rows of every request, concatenated. Device code only.
+// gather_kv (docs/spec.md section 8): dequantised bf16 rows of every request, concatenated. Device code only.
 //
 // Each warp handles kGatherRowsPerWarp consecutive output rows r: the request is the last b with cu_out[b] <= r (binary search over b + 1
 // prefix sums, all lanes load the same addresses), the row is j = r - cu_out[b] of that request. Each lane

@@ -1,5 +1,5 @@
 #pragma once
-// Merging partial attention states (SPEC.md section 6), two-way and N-way. Device code only.
+// Merging partial attention states (docs/spec.md section 6), two-way and N-way. Device code only.
 //
 // One warp per row: the lanes read the n part LSEs in parallel (lane s, s + 32, ...) and reduce max and
 // sum over the warp, then each lane combines 4 consecutive elements at a time across all parts

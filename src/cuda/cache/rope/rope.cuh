@@ -1,5 +1,5 @@
 #pragma once
-// Standalone RoPE in place (SPEC.md section 7): x [T, H, d_r], one thread per rotation pair. Device code.
+// Standalone RoPE in place (docs/spec.md section 7): x [T, H, d_r], one thread per rotation pair. Device code.
 // Same rotation as the fused append (append/append_kv.cuh rope_rotate: double, rounded once to float, then
 // to x's dtype), so both equal reference/rope_math.h bit for bit.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// MLA decode on SM80+ tensor cores: dense (issue 3, SPEC.md section 1) and sparse (issue 9, section 2).
+// MLA decode on SM80+ tensor cores: dense (issue 3, docs/spec.md section 1) and sparse (issue 9, section 2).
 // Device code only.
 //
 // One CTA = one row block (up to 64 query rows, h_q x s_q folded into M) x one partition of the
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       if (lane >= kLoadTok || t >= kv_hi) return -1;
       if constexpr (kSparse) {
         const int32_t id = p.indices[request_offset(p, r, p.indices_stride_b, p.indices_stride_s) + t];
-        if (id < 0 || id >= p.num_rows) return -1;  // SPEC.md section 2: no key, never dereferenced
+        if (id < 0 || id >= p.num_rows) return -1;  // docs/spec.md section 2: no key, never dereferenced
         const int32_t page = id / p.page_size;
         return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
       } else {

@@ -1,4 +1,4 @@
-// Host entry points of the portable (SM80+) CUDA sparse decode (issue 9, SPEC.md section 2): the dense kernel
+// Host entry points of the portable (SM80+) CUDA sparse decode (issue 9, docs/spec.md section 2): the dense kernel
 // family with kSparse, whose plan requests are the b x s_q query tokens and whose KV "tokens" are index
 // columns. run = plan + kernel + combine, all on the device: no host synchronisation, graph capturable.
 

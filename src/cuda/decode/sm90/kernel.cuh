@@ -1,5 +1,5 @@
 #pragma once
-// The Hopper (sm_90a) dense decode kernel (issue 8, SPEC.md section 1): barrier set-up, then one branch
+// The Hopper (sm_90a) dense decode kernel (issue 8, docs/spec.md section 1): barrier set-up, then one branch
 // per warpgroup role (producer.cuh, consumer.cuh). Compiled only for sm_90a (wgmma, setmaxnreg).
 
 #include <cuda.h>

@@ -1,4 +1,4 @@
-// Combine (SPEC.md section 6): merges the partial (O, LSE) of every request that the plan split across
+// Combine (docs/spec.md section 6): merges the partial (O, LSE) of every request that the plan split across
 // several partitions into out and lse. Four CTAs of 8 warps per output row; rows of unsplit requests were written
 // by the decode kernel itself and are skipped. Launched with programmatic dependent launch on sm_90,
 // so its CTAs are already resident when the decode kernel finishes.

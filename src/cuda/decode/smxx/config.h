@@ -9,7 +9,7 @@
 
 namespace mlakit::cuda::decode {
 
-// ---- geometry: the only one these kernels implement (SPEC.md section 0, DeepSeek-V2/V3) ----
+// ---- geometry: the only one these kernels implement (docs/spec.md section 0, DeepSeek-V2/V3) ----
 inline constexpr int kDimC = kDefaultDimC;     // d_c = d_v = 512
 inline constexpr int kDimR = kDefaultDimR;     // d_r = 64
 inline constexpr int kDimQK = kDimC + kDimR;   // 576

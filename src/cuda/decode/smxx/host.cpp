@@ -239,7 +239,7 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
   d.s_q = 1;  // a request is one query token: its rows are the h_q heads
   d.h_q = int32_t(p.h_q());
   d.rows = int32_t(p.h_q());
-  d.causal = false;  // SPEC.md section 2: the top-k selection already respects causality
+  d.causal = false;  // docs/spec.md section 2: the top-k selection already respects causality
   d.indices = static_cast<const int32_t*>(p.indices.data);
   d.indices_stride_b = p.indices.stride[0];
   d.indices_stride_s = p.indices.stride[1];

@@ -33,7 +33,7 @@ struct PdlLaunch {
 /// The single-CTA plan kernel (plan.cu).
 Status launch_plan(const PlanParams& p, cudaStream_t stream, bool pdl);
 
-/// Merges the partial results of every split request into out and lse (combine.cu, SPEC.md section 6).
+/// Merges the partial results of every split request into out and lse (combine.cu, docs/spec.md section 6).
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl);
 
 }  // namespace mlakit::cuda::decode

@@ -99,7 +99,7 @@ struct DecodeParams {
   int32_t s_q, h_q;          // s_q = 1 in sparse decode, whose requests are single query tokens
   int32_t rows;              // s_q * h_q: query rows per request, row m = (i = m / h_q, h = m % h_q)
   bool causal;
-  // ---- sparse decode only (SPEC.md section 2): rows come from indices, not from the block table ----
+  // ---- sparse decode only (docs/spec.md section 2): rows come from indices, not from the block table ----
   const int32_t* indices;    // [b, s_q, topk]: global row ids, page * page_size + offset; null in dense decode
   int64_t indices_stride_b, indices_stride_s;
   int64_t num_rows;          // num_pages * page_size: ids outside [0, num_rows) are "no key"

@@ -1,4 +1,4 @@
-// The split-KV plan (issue 3, SPEC.md section 9): one CTA reads seq_lens on the device and cuts the
+// The split-KV plan (issue 3, docs/spec.md section 9): one CTA reads seq_lens on the device and cuts the
 // batch's KV work into G equal partitions, one per decode CTA column, writing the schedule into the
 // caller's workspace. No host synchronisation, so plan + run can be captured in a CUDA graph.
 //

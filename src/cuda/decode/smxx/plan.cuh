@@ -10,7 +10,7 @@
 namespace mlakit::cuda::decode {
 
 /// KV tiles of 2^tile_shift tokens of a request of length L. A request with L = 0 still gets one (empty)
-/// tile, so that some CTA writes its out = 0 and lse = -inf (SPEC.md section 1) through the ordinary path.
+/// tile, so that some CTA writes its out = 0 and lse = -inf (docs/spec.md section 1) through the ordinary path.
 __host__ __device__ inline int32_t request_tiles(int32_t len, int tile_shift) {
   const int32_t l = len > 0 ? len : 0;
   const int32_t t = int32_t((int64_t(l) + (int64_t(1) << tile_shift) - 1) >> tile_shift);
@@ -30,7 +30,7 @@ __device__ inline int64_t request_offset(const DecodeParams& p, int64_t r, int64
   return (r / p.lens.fold) * sb + (r % p.lens.fold) * ss;
 }
 
-/// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (SPEC.md section 2): 1 without a
+/// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (docs/spec.md section 2): 1 without a
 /// sink or for sink = -inf, 0 for sink = +inf. lse is in natural log.
 __device__ inline float sink_factor(const DecodeParams& p, int h, float lse) {
   if (p.attn_sink == nullptr) return 1.0f;
