@@ -1,8 +1,10 @@
-// The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer (decode/sm90/).
+// The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer, and sparse decode on the
+// same kernel with a gathering producer (decode/sm90/).
 // Every other operation is left to the portable backend, which selection reports by name. Availability
 // is checked per call from the current device and the kernel image; nothing is cached in globals.
 
 #include <memory>
+#include <vector>
 
 #include "cuda/ops.h"
 #include "mlakit/backend.h"
@@ -18,7 +20,11 @@ class CudaSm90Backend final : public Backend {
   }
   DeviceType device_type() const override { return DeviceType::kCUDA; }
   int priority() const override { return 20; }  // preferred over the portable 'cuda' where it can run
-  std::vector<Feature> features() const override { return cuda::decode_sm90_features(); }
+  std::vector<Feature> features() const override {
+    std::vector<Feature> all = cuda::decode_sm90_features();
+    for (Feature& f : cuda::sparse_decode_sm90_features()) all.push_back(std::move(f));
+    return all;
+  }
   Status available() const override { return cuda::decode_sm90_available(); }
 
  protected:
@@ -31,6 +37,15 @@ class CudaSm90Backend final : public Backend {
   }
   Status do_run_decode(const DecodeProblem& p, Workspace ws, Stream s) const override {
     return cuda::decode_sm90_run(p, ws, s);
+  }
+  Status do_supports_sparse_decode(const SparseDecodeProblem& p) const override {
+    return cuda::sparse_decode_sm90_supports(p);
+  }
+  size_t do_workspace_bytes_sparse_decode(const SparseDecodeProblem& p) const override {
+    return cuda::sparse_decode_sm90_workspace_bytes(p);
+  }
+  Status do_run_sparse_decode(const SparseDecodeProblem& p, Workspace ws, Stream s) const override {
+    return cuda::sparse_decode_sm90_run(p, ws, s);
   }
 };
 

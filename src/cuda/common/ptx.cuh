@@ -62,6 +62,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// The same barrier without .aligned: threads may reach it from different code (and a warp need not be
+/// converged), as the Hopper sparse consumers do (compute-sanitizer synccheck flags bar.sync there).
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /// PDL: wait until the grids this one depends on have completed and their writes are visible.
 /// A no-op below sm_90 (there the launch attribute is not set and stream order already holds).
 __device__ __forceinline__ void pdl_wait() {

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
   const float* const group_x = xch_m + rg * kW * kRowsPerGroup;
 
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
-    const int32_t len = request_len(p.lens, r);
+    const int32_t len = request_len<kSparse>(p.lens, r);
     const int32_t tiles = request_tiles(len, kTileShift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     }
 
     // ---- Q rows of this request into shared memory ----
-    const uint8_t* q_req = static_cast<const uint8_t*>(p.q) + request_offset(p, r, p.q_stride_b, p.q_stride_s) * 2;
+    const uint8_t* q_req = static_cast<const uint8_t*>(p.q) + request_offset<kSparse>(p, r, p.q_stride_b, p.q_stride_s) * 2;
     for (int c = tid; c < kRows * kQChunks; c += kThreads) {
       const int row = c / kQChunks;
       const int ch = c % kQChunks;
@@ -206,10 +206,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
       if (lane >= kLoadTok || t >= kv_hi) return -1;
       if constexpr (kSparse) {
-        const int32_t id = p.indices[request_offset(p, r, p.indices_stride_b, p.indices_stride_s) + t];
-        if (id < 0 || id >= p.num_rows) return -1;  // docs/spec.md section 2: no key, never dereferenced
-        const int32_t page = id / p.page_size;
-        return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
+        return sparse_row_offset(p, r, t, len);
       } else {
         const int32_t page = p.block_table[int64_t(r) * p.block_table_stride + (t >> p.page_shift)];
         return int64_t(page) * p.page_stride_bytes + (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
@@ -438,7 +435,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
         if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
       }
       if (direct) {
-        uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset(p, r, p.out_stride_b, p.out_stride_s) +
+        uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, r, p.out_stride_b, p.out_stride_s) +
                                                         int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
 #pragma unroll
         for (int n = 0; n < kNTilesO; ++n) {
@@ -446,7 +443,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
           *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<kBf16>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
         }
         if (p.lse != nullptr && wi == 0 && tig == 0)
-          p.lse[request_offset(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
+          p.lse[request_offset<kSparse>(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
                 int64_t(h) * p.lse_stride_h] = lse;
       } else {
         float* orow = p.part_out + (slot * p.rows + m) * kDimV;

@@ -1,5 +1,6 @@
 #pragma once
-// Tile shapes, roles and shared-memory layout of the Hopper (sm_90a) dense decode kernel (issue 8).
+// Tile shapes, roles and shared-memory layout of the Hopper (sm_90a) decode kernel: dense (issue 8) and
+// sparse (issue 9), which differ only in how the producer finds a row and in which rows the softmax masks.
 // Host and device code both read this file; everything that ties the numbers together is static_assert'ed.
 //
 // One CTA = 64 query rows (h_q x s_q folded, the wgmma M) x one partition of the batch's KV work (the

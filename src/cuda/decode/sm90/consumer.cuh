@@ -67,6 +67,22 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
   }
 }
 
+/// Sparse decode: bit k set when token t0 + k of request `req` names a row (sparse_id_valid), for the 64 tokens
+/// of a tile; each lane looks up two of them.
+__device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int32_t req, int64_t t0, int32_t len,
+                                                      int lane) {
+  const bool v0 = sparse_id_valid(p, req, t0 + lane, len);
+  const bool v1 = sparse_id_valid(p, req, t0 + 32 + lane, len);
+  const uint32_t lo = __ballot_sync(0xffffffffu, v0);
+  const uint32_t hi = __ballot_sync(0xffffffffu, v1);
+  __syncwarp();  // converged for the named barriers that follow (compute-sanitizer synccheck)
+  return uint64_t(lo) | (uint64_t(hi) << 32);
+}
+
+/// A barrier of both consumer warpgroups. The owner and the other consumer reach each one from different code,
+/// which the form without .aligned allows (compute-sanitizer synccheck flags bar.sync there).
+__device__ __forceinline__ void consumer_barrier(int id, int threads) { named_barrier_sync_unaligned(id, threads); }
+
 /// O *= alpha (per row); skipped when no row maximum of the warp moved (alpha is exactly 1 then).
 __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]) {
   if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
@@ -74,7 +90,7 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-template <bool kBf16>
+template <bool kBf16, bool kSparse>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
                                              int row_block, int me) {
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
@@ -93,7 +109,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
   uint32_t g0 = 0;  // tiles of this CTA before the current piece
   uint32_t piece = 0;
 
-  for_each_piece(p, partition, kTileShift, [&](const Piece& pc) {
+  for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
     const int32_t n = pc.n_tiles;
     const int64_t kv_hi = min(int64_t(pc.t_begin + n) * kBlockN, int64_t(pc.len));
     int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
@@ -124,6 +140,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       const uint32_t v = sm.stage(st) + v_half;
       float alpha[2];
       if (int(st) == me) {  // ---- own tile: softmax, P V from registers, P to the other consumer ----
+        uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
+        if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, pc.len, lane);
         wgmma_wait<0>();
         fence_registers(s);
         fence_registers(o);
@@ -134,8 +152,10 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
-          const int64_t tok = t0 + 8 * (i / 4) + 2 * tig + (i & 1);
-          s[i] = tok < limit[(i >> 1) & 1] ? s[i] * scale_log2 : -INFINITY;
+          const int col = 8 * (i / 4) + 2 * tig + (i & 1);
+          bool visible = t0 + col < limit[(i >> 1) & 1];
+          if constexpr (kSparse) visible = visible && ((valid >> col) & 1) != 0;
+          s[i] = visible ? s[i] * scale_log2 : -INFINITY;
           mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
         }
         float m_use[2];
@@ -152,7 +172,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
             sm.alpha(st)[rloc[k]] = alpha[k];
           }
         }
-        named_barrier_sync(kBarMaxBase + me, kConsumerThreads);
+        consumer_barrier(kBarMaxBase + me, kConsumerThreads);
         float psum[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -181,9 +201,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
           }
         }
         fence_proxy_async();  // the other consumer's wgmma reads P through the async proxy
-        named_barrier_sync(kBarPBase + me, kConsumerThreads);
+        consumer_barrier(kBarPBase + me, kConsumerThreads);
       } else {  // ---- the other consumer's tile: rescale, P V from shared memory, next own Q K^T ----
-        named_barrier_sync(kBarMaxBase + (1 - me), kConsumerThreads);
+        consumer_barrier(kBarMaxBase + (1 - me), kConsumerThreads);
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           alpha[k] = sm.alpha(st)[rloc[k]];
@@ -197,7 +217,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
 #pragma unroll
         for (int k = 0; k < 2; ++k) l[k] *= alpha[k];
         rescale(o, alpha);
-        named_barrier_sync(kBarPBase + (1 - me), kConsumerThreads);
+        consumer_barrier(kBarPBase + (1 - me), kConsumerThreads);
         wait_part(sm, g, me, by_rows(j));  // complete long ago (the owner waited); this thread's own acquire
         wgmma_fence();
 #pragma unroll
@@ -224,7 +244,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
       if (tig == 0) sm.row_sum(me)[rloc[k]] = l[k];
     }
-    named_barrier_sync(kBarRowSum, kConsumerThreads);
+    consumer_barrier(kBarRowSum, kConsumerThreads);
     const RequestPlan rp = p.plan_requests[pc.req];
     const bool direct = rp.num_splits <= 1;
     const int64_t slot = int64_t(rp.split_base) + (partition - rp.first_partition);
@@ -234,21 +254,25 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       if (mrow >= p.rows) continue;
       const float l_tot = sm.row_sum(0)[rloc[k]] + sm.row_sum(1)[rloc[k]];
       const bool empty = !(l_tot > 0.0f);
-      const float inv = empty ? 0.0f : 1.0f / l_tot;
       const float lse = empty ? -INFINITY : (m[k] + log2f(l_tot)) * kLn2;
       const int i = mrow / p.h_q;
       const int h = mrow % p.h_q;
+      float inv = empty ? 0.0f : 1.0f / l_tot;
+      if constexpr (kSparse) {
+        if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
+      }
       const int col0 = me * (kDimV / 2) + 2 * tig;
       if (direct) {
-        uint8_t* orow = static_cast<uint8_t*>(p.out) +
-                        (int64_t(pc.req) * p.out_stride_b + int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+        uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, pc.req, p.out_stride_b, p.out_stride_s) +
+                                                        int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
 #pragma unroll
         for (int nt = 0; nt < 32; ++nt) {
           *reinterpret_cast<uint32_t*>(orow + (col0 + 8 * nt) * 2) =
               pack_float2<kBf16>(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
         }
         if (p.lse != nullptr && me == 0 && tig == 0) {
-          p.lse[int64_t(pc.req) * p.lse_stride_b + int64_t(i) * p.lse_stride_s + int64_t(h) * p.lse_stride_h] = lse;
+          p.lse[request_offset<kSparse>(p, pc.req, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
+                int64_t(h) * p.lse_stride_h] = lse;
         }
       } else {
         float* orow = p.part_out + (slot * p.rows + mrow) * kDimV;
@@ -259,7 +283,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
         if (me == 0 && tig == 0) p.part_lse[slot * p.rows + mrow] = lse;
       }
     }
-    named_barrier_sync(kBarRowSum, kConsumerThreads);  // both read the sums before the next piece rewrites them
+    consumer_barrier(kBarRowSum, kConsumerThreads);  // both read the sums before the next piece rewrites them
     g0 += n;
     ++piece;
   });

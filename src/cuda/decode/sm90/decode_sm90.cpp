@@ -5,13 +5,13 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.h"
 #include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/host_sm90.h"
 #include "cuda/decode/sm90/launch.h"
 #include "cuda/decode/sm90/tensor_map.h"
 #include "cuda/decode/smxx/host.h"
@@ -26,16 +26,8 @@ constexpr const char* kPath = "cuda_sm90 decode";
 /// token are gathered row by row.
 constexpr int64_t kMinTmaPage = 16;
 
-int64_t row_blocks_for(const DecodeProblem& p) {
-  return (decode::query_rows(p) + decode::sm90::kRows - 1) / decode::sm90::kRows;
-}
-
-/// Partitions G of the batch's KV work: one CTA per SM (each takes ~227 KB of shared memory).
 Status partitions_for(const DecodeProblem& p, int64_t* g) {
-  decode::DeviceFacts* facts = nullptr;
-  MLAKIT_TRY(decode::device_facts(&facts));
-  *g = std::max<int64_t>(1, int64_t(facts->info.num_sms) / row_blocks_for(p));
-  return {};
+  return decode::sm90::partitions_for(decode::query_rows(p), g);
 }
 
 }  // namespace
@@ -60,8 +52,12 @@ Status decode_sm90_available() {
 
 Status decode_sm90_supports(const DecodeProblem& p) {
   MLAKIT_TRY(decode::check_decode_common(p, kPath));
-  if (p.kv.format != KvFormat::kBF16 && p.kv.format != KvFormat::kFP16) {
-    return Status::not_supported(std::string("kv.format=") + kv_format_name(p.kv.format) + ": " + kPath +
+  return decode_sm90_check_format(p.kv.format, kPath);
+}
+
+Status decode_sm90_check_format(KvFormat format, const char* path) {
+  if (format != KvFormat::kBF16 && format != KvFormat::kFP16) {
+    return Status::not_supported(std::string("kv.format=") + kv_format_name(format) + ": " + path +
                                  " implements bf16 and fp16 caches so far (the portable 'cuda' backend serves fp8)");
   }
   return {};
@@ -86,12 +82,8 @@ Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   const decode::DecodeParams d = decode::make_params(p, ws, g);
   CUtensorMap map{};
   const bool tma = p.kv.page_size() >= kMinTmaPage && decode::sm90::encode_kv_tensor_map(p.kv, &map).ok();
-  const bool bf16 = p.q.dtype == DType::kBF16;
-  const int rb = int(row_blocks_for(p));
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  MLAKIT_TRY(bf16 ? decode::sm90::launch_decode_kernel<true>(d, map, tma, rb, s, true)
-                  : decode::sm90::launch_decode_kernel<false>(d, map, tma, rb, s, true));
-  return decode::launch_combine(d, bf16, s, true);
+  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, /*sparse=*/false, map, tma, decode::query_rows(p),
+                                   static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace mlakit::cuda

@@ -1,6 +1,7 @@
 #pragma once
-// The Hopper (sm_90a) dense decode kernel (issue 8, docs/spec.md section 1): barrier set-up, then one branch
-// per warpgroup role (producer.cuh, consumer.cuh). Compiled only for sm_90a (wgmma, setmaxnreg).
+// The Hopper (sm_90a) decode kernel, dense (issue 8, docs/spec.md section 1) or sparse (kSparse: issue 9,
+// section 2; requests are query tokens, rows are gathered through indices): barrier set-up, then one branch per
+// warpgroup role (producer.cuh, consumer.cuh). Compiled only for sm_90a (wgmma, setmaxnreg).
 
 #include <cuda.h>
 
@@ -22,7 +23,7 @@ static_assert(kSmemAlloc <= 227 * 1024);
 
 /// Grid: (row blocks of 64 query rows, plan partitions). `kv_map` describes the cache for TMA when
 /// use_tma is set (pages of >= 16 tokens); otherwise every tile is copied row by row.
-template <bool kBf16>
+template <bool kBf16, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -48,10 +49,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
+    run_producer<kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
+    run_consumer<kBf16, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
   }
 }
 

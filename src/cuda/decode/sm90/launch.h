@@ -1,5 +1,5 @@
 #pragma once
-// Host-side launcher of the Hopper (sm_90a) dense decode kernel. Defined in instantiations/ when the
+// Host-side launcher of the Hopper (sm_90a) decode kernel (dense and sparse). Defined in instantiations/ when the
 // build has sm_90a code (MLAKIT_CUDA_ARCHS holds 90a), else in unavailable.cpp, which says so.
 
 #include <cuda.h>
@@ -10,8 +10,9 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-/// Grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory each.
-template <bool kBf16>
+/// Grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory each; dense decode, or
+/// sparse decode with kSparse (use_tma must then be false: rows are gathered one by one).
+template <bool kBf16, bool kSparse>
 Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
                             cudaStream_t stream, bool pdl);
 

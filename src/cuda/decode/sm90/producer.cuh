@@ -6,6 +6,8 @@
 //   - Pages of 1 token, and the last tile of a request when it is partial: cp.async per 16-byte piece by
 //     all 128 threads, rows past the request's length zero-filled (never read from memory), so that P.V
 //     never multiplies a zero probability by the NaN of a page tail.
+//   - Sparse decode: every tile row by row too, each thread from the offsets of its own 4 rows, looked up
+//     once per tile (sparse_row_offset); rows of invalid ids zero-filled.
 //   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
 // Completion reaches the consumers through the full barriers (128 arrivals: one per producer thread, the
 // TMA issuer's carrying the byte count); the producer refills a part after its empty barrier completes.
@@ -46,6 +48,39 @@ __device__ __forceinline__ void load_part_rows(const DecodeParams& p, const int3
   }
 }
 
+/// Sparse decode: the rows of a tile a producer thread copies, kGatherRows of them, 16 apart (row ptid / 8 + 16 k),
+/// so that 8 consecutive threads copy the 8 pieces of one 128-byte chunk of a row; their byte offsets are looked
+/// up once per tile (sparse_row_offset, -1: zero-filled) by each thread for its own rows.
+inline constexpr int kGatherRows = kBlockN * 8 / kWarpgroupThreads;  // 4
+struct GatherRows {
+  int64_t off[kGatherRows];
+};
+
+__device__ __forceinline__ GatherRows gather_rows(const DecodeParams& p, int32_t req, int64_t t0, int32_t len,
+                                                  int ptid) {
+  GatherRows g;
+#pragma unroll
+  for (int k = 0; k < kGatherRows; ++k) g.off[k] = sparse_row_offset(p, req, t0 + ptid / 8 + 16 * k, len);
+  return g;
+}
+
+/// Sparse decode: copies `part` of a tile row by row with cp.async from the offsets of gather_rows.
+__device__ __forceinline__ void load_part_gathered(const DecodeParams& p, const GatherRows& rows, uint32_t stage,
+                                                   int part, int ptid) {
+  const int piece = ptid % 8;
+#pragma unroll
+  for (int k = 0; k < kGatherRows; ++k) {
+    const int row = ptid / 8 + 16 * k;
+    const bool valid = rows.off[k] >= 0;
+    const uint8_t* src = valid ? p.pages + rows.off[k] + piece * 16 : p.pages;
+#pragma unroll
+    for (int c = 0; c < part_chunks(part); ++c) {
+      const int chunk = part_first_chunk(part) + c;
+      cp_async_16(stage + chunk * kChunkBytes + swizzle128(row, piece), src + (valid ? chunk * 128 : 0), valid ? 16 : 0);
+    }
+  }
+}
+
 /// Issues the TMA boxes of `part` of a whole tile starting at token t0 (one thread).
 __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUtensorMap* map, const int32_t* table,
                                               int64_t t0, uint32_t stage, int part, uint32_t bar) {
@@ -69,10 +104,11 @@ __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUten
 }
 
 /// Copies the 64 query rows of block `row_block` of request `req` (all producer threads).
+template <bool kSparse>
 __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int row_block, uint32_t dst, int ptid) {
   constexpr int kPerRow = kChunks * 8;  // 72 pieces of 16 bytes
   const uint8_t* q = static_cast<const uint8_t*>(p.q);
-  const uint8_t* q_req = q + int64_t(req) * p.q_stride_b * 2;
+  const uint8_t* q_req = q + request_offset<kSparse>(p, req, p.q_stride_b, p.q_stride_s) * 2;
   for (int idx = ptid; idx < kRows * kPerRow; idx += kWarpgroupThreads) {
     const int row = idx / kPerRow;
     const int rest = idx - row * kPerRow;
@@ -90,12 +126,13 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int r
   }
 }
 
+template <bool kSparse>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, int partition, int row_block) {
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
-  for_each_piece(p, partition, kTileShift, [&](const Piece& pc) {
+  for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
     const int32_t* table = p.block_table + int64_t(pc.req) * p.block_table_stride;
     for (int32_t j = 0; j < pc.n_tiles; ++j, ++g) {
       const uint32_t st = g & 1;
@@ -103,13 +140,18 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
       const bool tma = use_tma && t0 + kBlockN <= pc.len;
       const uint32_t stage = sm.stage(st);
+      GatherRows rows{};
+      if constexpr (kSparse) rows = gather_rows(p, pc.req, t0, pc.len, ptid);
       // The order the owner (consumer st) computes Q K^T in: RoPE, its own V half, the other half.
       const int order[3] = {kPartRope, int(st), int(st ^ 1)};
 #pragma unroll
       for (int k = 0; k < 3; ++k) {
         const int part = order[k];
         mbar_wait(sm.empty(st, part), free_parity);
-        if (tma) {
+        if (kSparse) {
+          load_part_gathered(p, rows, stage, part, ptid);
+          mbar_arrive_on_cp_async(sm.full(st, part));
+        } else if (tma) {
           if (ptid == 0) {
             mbar_arrive_expect_tx(sm.full(st, part), part_bytes(part));
             load_part_tma(p, map, table, t0, stage, part, sm.full(st, part));
@@ -123,7 +165,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       }
       if (j == 0) {  // Q after the first tile's copies are in flight
         mbar_wait(sm.q_empty(), (piece & 1) ^ 1);
-        load_q(p, pc.req, row_block, sm.q(), ptid);
+        load_q<kSparse>(p, pc.req, row_block, sm.q(), ptid);
         mbar_arrive_on_cp_async(sm.q_full());
       }
     }

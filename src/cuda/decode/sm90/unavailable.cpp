@@ -4,12 +4,14 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-template <bool kBf16>
+template <bool kBf16, bool kSparse>
 Status launch_decode_kernel(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool) {
   return kernels_loadable();
 }
-template Status launch_decode_kernel<true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
-template Status launch_decode_kernel<false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<true, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<false, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<true, true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<false, true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
 
 Status kernels_loadable() {
   return Status::not_supported("this build has no sm_90a code (configure with MLAKIT_CUDA_ARCHS holding 90a)");

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
     acc.z *= f;
     acc.w *= f;
   }
-  uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset(p, r, p.out_stride_b, p.out_stride_s) +
+  uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<true>(p, r, p.out_stride_b, p.out_stride_s) +
                                                   int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
   const int col = chunk * kColsPerCta + lane * kColsPerLane;
   uint2 v;
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   v.y = pack_float2<kBf16>(acc.z, acc.w);
   *reinterpret_cast<uint2*>(orow + col * 2) = v;
   if (p.lse != nullptr && chunk == 0 && lane == 0)
-    p.lse[request_offset(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
+    p.lse[request_offset<true>(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
           int64_t(h) * p.lse_stride_h] = lse;
 }
 

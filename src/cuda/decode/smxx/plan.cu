@@ -62,15 +62,15 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   const int64_t r0 = min(b, int64_t(threadIdx.x) * per);
   const int64_t r1 = min(b, r0 + per);
 
-  // 1. cost prefix sums.
+  // 1. cost prefix sums (request_len's general form: it serves dense decode too, with fold 1 and no cap).
   int64_t local = 0;
   for (int64_t r = r0; r < r1; ++r)
-    local += request_tiles(request_len(p.lens, r), p.tile_shift) + kFixedCostTiles;
+    local += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
   int64_t total_cost = 0;
   int64_t run = block_exclusive_scan(local, scan_smem, &total_cost);
   for (int64_t r = r0; r < r1; ++r) {
     p.cost_scratch[r] = run;
-    run += request_tiles(request_len(p.lens, r), p.tile_shift) + kFixedCostTiles;
+    run += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
   }
   if (threadIdx.x == 0) p.cost_scratch[b] = total_cost;
   __syncthreads();  // cost_scratch (global) is read by every thread below

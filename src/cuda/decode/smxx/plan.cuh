@@ -17,17 +17,51 @@ __host__ __device__ inline int32_t request_tiles(int32_t len, int tile_shift) {
   return t > 0 ? t : 1;
 }
 
-/// KV length of plan request r (RequestLengths), in [0, cap].
-__device__ inline int32_t request_len(const RequestLengths& l, int64_t r) {
-  if (l.lens == nullptr) return l.cap;
-  const int32_t v = l.lens[(r / l.fold) * l.stride];
-  return v < 0 ? 0 : v > l.cap ? l.cap : v;
+/// KV length of plan request r (RequestLengths), in [0, cap]. kSparse = false is dense decode's special case
+/// (fold 1, lengths always given, no cap), spelled out so that the dense kernels carry no division or clamp: the
+/// Hopper producer has 72 registers, and each one it loses spills.
+template <bool kSparse>
+__device__ inline int32_t request_len(const RequestLengths& l, int32_t r) {
+  if constexpr (kSparse) {
+    if (l.lens == nullptr) return l.cap;
+    const int32_t v = l.lens[int64_t(r / l.fold) * l.stride];  // 32-bit division: requests are int32
+    return v < 0 ? 0 : v > l.cap ? l.cap : v;
+  } else {
+    const int32_t v = l.lens[int64_t(r) * l.stride];
+    return v > 0 ? v : 0;
+  }
 }
 
 /// Element offset of plan request r in a [b, s_q, ...] tensor with batch stride sb and token stride ss: request
-/// r is batch entry r in dense decode (fold 1) and query token (r / s_q, r % s_q) in sparse decode (fold s_q).
-__device__ inline int64_t request_offset(const DecodeParams& p, int64_t r, int64_t sb, int64_t ss) {
-  return (r / p.lens.fold) * sb + (r % p.lens.fold) * ss;
+/// r is batch entry r in dense decode and query token (r / s_q, r % s_q) in sparse decode (fold s_q).
+template <bool kSparse>
+__device__ inline int64_t request_offset(const DecodeParams& p, int32_t r, int64_t sb, int64_t ss) {
+  if constexpr (kSparse) {
+    const int32_t b = r / p.lens.fold;
+    return int64_t(b) * sb + int64_t(r - b * p.lens.fold) * ss;
+  } else {
+    return int64_t(r) * sb;
+  }
+}
+
+/// Sparse decode (docs/spec.md section 2): byte offset in the pool of the row that index column t of plan request
+/// r names, or -1 when t is past the request's length or the id is no key (negative, or at or past num_rows, which
+/// a kernel cannot reject before it runs). A -1 row is never dereferenced. Every kernel family finds rows here.
+__device__ inline int64_t sparse_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+  if (t >= len) return -1;
+  const int32_t id = p.indices[request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t];
+  if (id < 0 || id >= p.num_rows) return -1;
+  const int32_t page = id / p.page_size;
+  return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
+}
+
+/// Sparse decode: whether index column t of plan request r names a row, the test of sparse_row_offset without the
+/// address. Written without early returns, so that a warp stays converged through it (the Hopper consumers
+/// ballot on it right before a bar.sync, which needs the whole warp).
+__device__ inline bool sparse_id_valid(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+  int32_t id = -1;
+  if (t < len) id = p.indices[request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t];
+  return id >= 0 && id < p.num_rows;
 }
 
 /// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (docs/spec.md section 2): 1 without a
@@ -47,12 +81,12 @@ struct Piece {
 
 /// Calls f(piece) for every non-empty piece of partition `part`, in order, for kernels whose tiles hold
 /// 2^tile_shift tokens. Every role of a kernel walks the same pieces, so they agree on the tile sequence.
-template <typename F>
+template <bool kSparse, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, int tile_shift, F&& f) {
   const PartitionStart pstart = p.plan_partitions[part];
   const PartitionStart pend = p.plan_partitions[part + 1];
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
-    const int32_t len = request_len(p.lens, r);
+    const int32_t len = request_len<kSparse>(p.lens, r);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : request_tiles(len, tile_shift);
     if (t_end - t_begin > 0) f(Piece{r, len, t_begin, t_end - t_begin});

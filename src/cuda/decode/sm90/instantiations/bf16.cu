@@ -1,13 +1,14 @@
-// Hopper decode kernel, q and cache in bf16; also the loadability check of the sm_90a image.
+// Hopper dense decode kernel, q and cache in bf16; also the loadability check of the sm_90a image.
 #include "cuda/decode/sm90/launch_kernel.cuh"
 
 namespace mlakit::cuda::decode::sm90 {
 
-template Status launch_decode_kernel<true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<true, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t,
+                                                  bool);
 
 Status kernels_loadable() {
   cudaFuncAttributes attr{};
-  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true>);
+  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true, false>);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the caller only asked
     return Status::not_supported(std::string("the sm_90a kernels cannot run on this device: ") +

@@ -1,6 +1,7 @@
-// Hopper decode kernel, q and cache in fp16.
+// Hopper dense decode kernel, q and cache in fp16.
 #include "cuda/decode/sm90/launch_kernel.cuh"
 
 namespace mlakit::cuda::decode::sm90 {
-template Status launch_decode_kernel<false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+template Status launch_decode_kernel<false, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t,
+                                                   bool);
 }  // namespace mlakit::cuda::decode::sm90

@@ -1,0 +1,51 @@
+// Host entry points of the Hopper (sm_90a) sparse decode (issue 9, docs/spec.md section 2): the Hopper kernel
+// with kSparse, whose producer gathers each tile's rows through indices with cp.async (no TMA: the rows are
+// scattered). Plan, combine, parameters and checks are the portable sparse path's (smxx/).
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/host_sm90.h"
+#include "cuda/decode/smxx/host.h"
+#include "cuda/ops.h"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kPath = "cuda_sm90 sparse_decode";
+
+}  // namespace
+
+std::vector<Feature> sparse_decode_sm90_features() {
+  return {{OpKind::kSparseDecode,
+           "kv=bf16 (q bf16), fp16 (q fp16); d_c=512, d_r=64; any P; h_q=1..128; s_q=1..8; any topk, topk_length, "
+           "attn_sink; ids past the cache skipped; rows gathered by cp.async into the wgmma pipeline; sm_90a"}};
+}
+
+Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
+  MLAKIT_TRY(decode::check_sparse_common(p, kPath));
+  return decode_sm90_check_format(p.kv.format, kPath);
+}
+
+size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
+  int64_t g = 0;
+  if (!decode::sm90::partitions_for(p.h_q(), &g).ok()) return 0;
+  return decode::layout_for(p, g).total;
+}
+
+Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
+  MLAKIT_TRY(decode::check_workspace_alignment(ws));
+  int64_t g = 0;
+  MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), &g));
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  MLAKIT_TRY(decode::launch_plan_for(p, ws, g, decode::sm90::kTileShift, s, true));
+  const decode::DecodeParams d = decode::make_params(p, ws, g);
+  const CUtensorMap unused{};
+  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, /*sparse=*/true, unused, false, p.h_q(), s);
+}
+
+}  // namespace mlakit::cuda
