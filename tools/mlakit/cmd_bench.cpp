@@ -58,6 +58,16 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+/// Every CUDA backend the device can run, as a named preference each (`fallback` when there is none).
+std::vector<Preference> cuda_paths(const Registry& registry, const Preference& fallback) {
+  std::vector<Preference> paths;
+  for (const Backend* b : registry.list()) {
+    if (b->device_type() == DeviceType::kCUDA && b->available().ok()) paths.push_back(Preference{b->name()});
+  }
+  if (paths.empty()) paths = {fallback};
+  return paths;
+}
+
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters,
             bool skip_unsupported) {
   Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, {}};
@@ -143,13 +153,7 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
   }
   // The anchors on a GPU compare every CUDA decode path the device runs (issue 8), unless one is named.
   std::vector<Preference> paths = {pref};
-  if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") {
-    paths.clear();
-    for (const Backend* b : registry.list()) {
-      if (b->device_type() == DeviceType::kCUDA && b->available().ok()) paths.push_back(Preference{b->name()});
-    }
-    if (paths.empty()) paths = {pref};
-  }
+  if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") paths = cuda_paths(registry, pref);
   std::vector<Row> rows;
   for (size_t i = 0; i < specs.size(); ++i) {
     for (const Preference& path : paths) {
@@ -211,25 +215,35 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
               version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
   std::printf("%-56s %-9s %9s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "TFLOP/s", "GB/s", "xFlash", "max err",
               "check");
+  // The anchors on a GPU compare every CUDA path that serves sparse decode, unless one is named.
+  std::vector<Preference> paths = {pref};
+  if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") paths = cuda_paths(registry, pref);
   int failures = 0;
   for (const SparseBenchSpec& spec : specs) {
-    std::fprintf(stderr, "%s ...\n", spec.describe().c_str());
-    const SparseBenchResult r = run_sparse_bench(spec, registry, pref, mem, iters);
-    if (!r.status.ok()) {
-      ++failures;
-      std::printf("%-56s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
-      continue;
+    for (const Preference& path : paths) {
+      std::fprintf(stderr, "%s %s ...\n", spec.describe().c_str(), path.backend.c_str());
+      const SparseBenchResult r = run_sparse_bench(spec, registry, path, mem, iters);
+      if (paths.size() > 1 && r.status.code() == StatusCode::kNotSupported) {
+        std::printf("%-56s %-9s skipped: %s\n", spec.describe().c_str(), path.backend.c_str(),
+                    r.status.message().substr(0, r.status.message().find('\n')).c_str());
+        continue;
+      }
+      if (!r.status.ok()) {
+        ++failures;
+        std::printf("%-56s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+        continue;
+      }
+      const bool is_ref = r.backend == "reference";
+      if (!is_ref && !r.check.passed()) ++failures;
+      const std::string check = is_ref ? "is the reference"
+                                : r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " requests)"
+                                                   : "OUTSIDE SPEC TOLERANCE";
+      const std::string err = is_ref ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
+      const std::string x = spec.flashmla_ms > 0 ? std::to_string(spec.flashmla_ms / r.median_ms).substr(0, 4) : "-";
+      const double sec = r.median_ms * 1e-3;
+      std::printf("%-56s %-9s %9.4f %9.3f %8.1f %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(), r.median_ms,
+                  spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
     }
-    const bool is_ref = r.backend == "reference";
-    if (!is_ref && !r.check.passed()) ++failures;
-    const std::string check = is_ref ? "is the reference"
-                              : r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " requests)"
-                                                 : "OUTSIDE SPEC TOLERANCE";
-    const std::string err = is_ref ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
-    const std::string x = spec.flashmla_ms > 0 ? std::to_string(spec.flashmla_ms / r.median_ms).substr(0, 4) : "-";
-    const double sec = r.median_ms * 1e-3;
-    std::printf("%-56s %-9s %9.4f %9.3f %8.1f %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(), r.median_ms,
-                spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
   }
   std::printf("TFLOP/s: b*s_q*h_q*topk*2*(576+512) FLOPs; GB/s: indexed rows + q + out; xFlash: FlashMLA's sparse\n"
               "decode on the H100 (issue 9's table) over ours (> 1 means faster than it)\n");
