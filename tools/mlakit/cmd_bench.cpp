@@ -50,6 +50,7 @@ struct Row {
   bool skipped = false;  // a path of a multi-path run that does not implement this shape
   double median_ms = 0, min_ms = 0;
   double plan_ms = 0;  // plan alone, median (it is also inside median_ms)
+  double host_us = 0;  // host time per plan + run call, enqueued back to back (host_us_per_call)
   SampleCheck check;
 };
 
@@ -112,6 +113,7 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
   row.median_ms = median(times);
   row.min_ms = *std::min_element(times.begin(), times.end());
   row.plan_ms = median(plan_times);
+  row.status = host_us_per_call(mem, step, int(iters), &row.host_us);
   return row;
 }
 
@@ -129,6 +131,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
       << ", \"skipped\": " << (r.skipped ? "true" : "false")
       << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
+      << ", \"host_us_per_call\": " << r.host_us
       << ", \"gpu_md_flashmla_ms\": " << r.spec.flashmla_ms << ", \"gpu_md_triton_ms\": " << r.spec.triton_ms
       << ", \"TFLOPs\": " << (s > 0 ? r.spec.flops() / s * 1e-12 : 0)
       << ", \"GBps\": " << (s > 0 ? r.spec.bytes_moved() / s * 1e-9 : 0)
@@ -167,7 +170,7 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
 
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
               version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
-  std::printf("%-44s %-9s %9s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "plan us",
+  std::printf("%-44s %-9s %9s %8s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "host us", "plan us",
               "TFLOP/s", "%peak", "GB/s", "%copy", "xFlash", "xTriton", "max err", "check");
   int failures = 0;
   for (const Row& r : rows) {
@@ -188,11 +191,13 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
     const std::string err = r.backend == "reference" ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
     // Speed-up over the anchor H100 times of the same bf16 shape ("-" where there is none).
     const auto ratio = [&](double theirs) { return theirs > 0 ? std::to_string(theirs / r.median_ms).substr(0, 4) : "-"; };
-    std::printf("%-44s %-9s %9.4f %8.1f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
-                r.backend.c_str(), r.median_ms, r.plan_ms * 1e3, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
+    std::printf("%-44s %-9s %9.4f %8.1f %8.1f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
+                r.backend.c_str(), r.median_ms, r.host_us, r.plan_ms * 1e3, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
                 100 * gbs / kCopyCeilingGBs, ratio(r.spec.flashmla_ms).c_str(), ratio(r.spec.triton_ms).c_str(),
                 err.c_str(), check.c_str());
   }
+  std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them)\n",
+              static_cast<long long>(iters));
   std::printf("%%peak, %%copy: of the H100 ceilings (745 TFLOP/s, 3005 GB/s); xFlash, xTriton: the anchor H100 time\n"
               "(docs/performance.md) of the same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster\n"
               "than them)\n");
@@ -213,8 +218,8 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
   }
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole sparse_decode call timed\n",
               version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
-  std::printf("%-56s %-9s %9s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "TFLOP/s", "GB/s", "xFlash", "max err",
-              "check");
+  std::printf("%-56s %-9s %9s %8s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "GB/s",
+              "xFlash", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves sparse decode, unless one is named.
   std::vector<Preference> paths = {pref};
   if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") paths = cuda_paths(registry, pref);
@@ -241,10 +246,11 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
       const std::string err = is_ref ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
       const std::string x = spec.flashmla_ms > 0 ? std::to_string(spec.flashmla_ms / r.median_ms).substr(0, 4) : "-";
       const double sec = r.median_ms * 1e-3;
-      std::printf("%-56s %-9s %9.4f %9.3f %8.1f %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(), r.median_ms,
-                  spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
+      std::printf("%-56s %-9s %9.4f %8.1f %9.3f %8.1f %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(),
+                  r.median_ms, r.host_us, spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
     }
   }
+  std::printf("host us: CPU time per call, calls enqueued back to back (no sync between them)\n");
   std::printf("TFLOP/s: b*s_q*h_q*topk*2*(576+512) FLOPs; GB/s: indexed rows + q + out; xFlash: FlashMLA's sparse\n"
               "decode on the H100 (issue 9's table) over ours (> 1 means faster than it)\n");
   if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");

@@ -2,6 +2,7 @@
 // Where a benchmark's buffers live and how it is timed: host memory for the CPU reference, CUDA memory
 // and events for GPU backends. The CLI's workload code is written once against this interface.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,24 @@ class Buffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+/// Host microseconds per call of `call` (issue 11): `calls` calls enqueued back to back with no synchronisation
+/// between them, timed by the host's steady clock; the device is synchronised afterwards (by time_ms), outside
+/// the measurement. On a GPU this is the CPU cost an engine pays per call in eager mode.
+inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us) {
+  double host_us = 0;
+  double device_ms = 0;
+  MLAKIT_TRY(mem->time_ms(
+      [&]() -> Status {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) MLAKIT_TRY(call());
+        host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        return {};
+      },
+      &device_ms));
+  *us = host_us / calls;
+  return {};
+}
 
 std::unique_ptr<DeviceMemory> make_cpu_memory();
 /// CUDA memory on the current device, or a status saying why there is none (no GPU, or built without CUDA).

@@ -234,6 +234,7 @@ SparseBenchResult run_sparse_bench(const SparseBenchSpec& spec, const Registry& 
     times.push_back(ms);
   }
   res.median_ms = median(times);
+  res.status = host_us_per_call(mem, call, int(iters), &res.host_us);
   return res;
 }
 

@@ -44,6 +44,7 @@ struct SparseBenchResult {
   std::string backend = "-";
   Status status;
   double median_ms = 0;
+  double host_us = 0;  // host time per call, enqueued back to back (host_us_per_call)
   SampleCheck check;
 };
 
