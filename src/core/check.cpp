@@ -35,6 +35,42 @@ std::string field(std::string_view name, std::string_view member) {
   return std::string(name) + "." + std::string(member);
 }
 
+std::string hex(uintptr_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+/// Where a non-empty tensor's bytes lie around its data pointer: `below` bytes before it (negative strides),
+/// `above` bytes from it (its last element included). `bad_dim` >= 0 names the dimension at which the span
+/// |stride| * (shape - 1) * element size, summed over dimensions, stops fitting in int64.
+struct Reach {
+  int64_t below = 0;
+  int64_t above = 0;
+  int bad_dim = -1;
+};
+
+Reach reach(const TensorView& t) {
+  const int64_t elem = int64_t(dtype_size(t.dtype));
+  Reach r;
+  r.above = elem;
+  int64_t span = elem;
+  for (int i = 0; i < t.ndim && i < kMaxDims; ++i) {
+    if (t.shape[i] <= 1) continue;
+    const int64_t stride = t.stride[i];
+    int64_t step = 0;
+    if (stride == INT64_MIN || __builtin_mul_overflow(stride < 0 ? -stride : stride, t.shape[i] - 1, &step) ||
+        __builtin_mul_overflow(step, elem, &step) || __builtin_add_overflow(span, step, &span)) {
+      r.bad_dim = i;
+      return r;
+    }
+    (stride < 0 ? r.below : r.above) += step;  // both parts are <= span: no overflow
+  }
+  return r;
+}
+
+bool has_elements(const TensorView& t) { return t.defined() && t.numel() > 0; }
+
 }  // namespace
 
 Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
@@ -55,7 +91,28 @@ Status tensor(const TensorView& t, std::string_view name, std::initializer_list<
     return fail(field(name, "stride[" + std::to_string(ndim - 1) + "]"), t.stride[ndim - 1],
                 "must be 1 (last dimension contiguous)");
   }
+  if (t.numel() == 0) return {};  // spans no byte, whatever its strides
+  const Reach r = reach(t);
+  if (r.bad_dim >= 0) {
+    const std::string d = std::to_string(r.bad_dim);
+    return fail(field(name, "stride[" + d + "]"), t.stride[r.bad_dim],
+                "with shape[" + d + "]=" + std::to_string(t.shape[r.bad_dim]) +
+                    " the tensor spans more than 2^63 - 1 bytes");
+  }
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t.data);
+  if (data < uintptr_t(r.below) || UINTPTR_MAX - data < uintptr_t(r.above)) {
+    return fail(field(name, "data"), hex(data),
+                "its strides reach " + std::to_string(r.below) + " bytes before and " + std::to_string(r.above) +
+                    " bytes from it, past the ends of the address space");
+  }
   return {};
+}
+
+ByteRange byte_range(const TensorView& t) {
+  if (!has_elements(t)) return {};
+  const Reach r = reach(t);
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t.data);
+  return {data - uintptr_t(r.below), data + uintptr_t(r.above)};
 }
 
 Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,

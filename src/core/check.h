@@ -17,12 +17,22 @@ Status fail(std::string_view field, int64_t value, std::string_view rule);
 Status fail(std::string_view field, double value, std::string_view rule);
 
 /// A required tensor: given, non-null when non-empty, one of `dtypes`, rank `ndim` (`layout` names the
-/// dimensions in the message, e.g. "[b, s_q, h_q, d_qk]"), last dimension contiguous, no negative sizes.
+/// dimensions in the message, e.g. "[b, s_q, h_q, d_qk]"), last dimension contiguous, no negative sizes, and
+/// addressable: the bytes it spans (byte_range()) fit in 64-bit offsets and in the address space.
 Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
               std::string_view layout);
 /// Same as tensor() when `t` is given; ok when it is not.
 Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
                        int ndim, std::string_view layout);
+/// The bytes a tensor's elements occupy, [begin, end) as addresses (strides may be any values, negative
+/// included). Empty for a tensor not given or with no element. Only for tensors tensor() accepted.
+struct ByteRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  bool empty() const { return begin >= end; }
+};
+ByteRange byte_range(const TensorView& t);
+
 /// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
 Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);
 /// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).

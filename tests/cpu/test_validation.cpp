@@ -92,9 +92,48 @@ const DecodeRule kDecodeRules[] = {
      "softmax_scale=nan: must be finite and > 0 (there is no default: pass tau explicitly)"},
     {"DeviceMismatch", [](DecodeProblem& p) { p.out.device = Device::cuda(0); },
      "out.device=cuda:0: must be on the device of q (cpu)"},
+    // A tensor's byte range must be addressable: 2 x 2^62 elements x 2 bytes is past 2^63 - 1.
+    {"QSpanOverflow", [](DecodeProblem& p) { p.q.stride[0] = int64_t(1) << 62; },
+     "q.stride[0]=4611686018427387904: with shape[0]=2 the tensor spans more than 2^63 - 1 bytes"},
+    {"OutStrideMin", [](DecodeProblem& p) { p.out.stride[2] = INT64_MIN; },
+     "out.stride[2]=-9223372036854775808: with shape[2]=4 the tensor spans more than 2^63 - 1 bytes"},
 };
 INSTANTIATE_TEST_SUITE_P(Rules, DecodeValidation, ::testing::ValuesIn(kDecodeRules),
                          [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DecodeValidationExtent, BytesBeforeTheAddressSpaceAreRejected) {
+  DecodeProblem p = shared_case().problem();
+  p.out.stride[0] = -(int64_t(1) << 60);  // 2^61 bytes below a heap pointer: below address 0
+  const Status s = p.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("out.data=0x", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find(": its strides reach 2305843009213693952 bytes before and 4096 bytes from it, past the "
+                             "ends of the address space"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(DecodeValidationExtent, LargeAndNegativeStridesWithinRangeAreAccepted) {
+  // validate() reads no float data: any addressable layout is the caller's to choose (here out rows 1 TiB apart,
+  // and lse with its requests in reverse order, data pointing at the last request).
+  DecodeCase& c = shared_case();
+  DecodeProblem p = c.problem();
+  p.out.stride[0] = int64_t(1) << 39;
+  p.lse.data = static_cast<float*>(p.lse.data) + 4;
+  p.lse.stride[0] = -4;
+  const Status s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(TensorViewArithmetic, NumelAndStridesSaturateInsteadOfOverflowing) {
+  constexpr int64_t kHuge = int64_t(1) << 40;
+  EXPECT_EQ(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge}).numel(), INT64_MAX);
+  EXPECT_EQ(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge, 0}).numel(), 0);  // empty, whatever else
+  const TensorView t = TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge, kHuge});
+  EXPECT_EQ(t.stride[0], INT64_MAX);  // 2^80 saturates: validate() then rejects the span
+  EXPECT_EQ(t.stride[1], kHuge);
+  EXPECT_TRUE(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge}).is_contiguous());
+}
 
 // Contents of host-resident integer tensors are checked too (on the CPU only; see docs/spec.md section 9).
 TEST(DecodeValidationContents, SeqLenBeyondTable) {
