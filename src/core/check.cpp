@@ -203,8 +203,9 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
     const int64_t pages_used = (len + p - 1) / p;
     const int32_t* row = block_table.ptr<const int32_t>() + b * block_table.stride[0];
     for (int64_t i = 0; i < pages_used; ++i) {
-      MLAKIT_TRY(range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
-                       kv.num_pages() - 1, "a page of the cache, used by " + len_field));
+      if (row[i] >= 0 && row[i] < kv.num_pages()) continue;  // the message is built for a failure only
+      return range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
+                   kv.num_pages() - 1, "a page of the cache, used by " + len_field);
     }
   }
   return {};
