@@ -78,6 +78,11 @@ struct DecodeBuffers {
   void* lse = nullptr;
 };
 
+/// Distinct addresses, never dereferenced, for buffers that are described but not allocated (validate() and
+/// supports() read no device memory, nor float data on the CPU): 2^58 bytes apart, more than any buffer of a
+/// valid call, the cache's last (it is the largest), all 256-byte aligned like a cudaMalloc result.
+DecodeBuffers placeholder_buffers();
+
 /// The decode problem of `spec` over `buffers` laid out as `layout` says (contiguous tensors, DeepSeek
 /// geometry, kv_scale_value 1).
 DecodeProblem make_decode_problem(const DecodeSpec& spec, const DecodeLayout& layout, const DecodeBuffers& buffers,

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "mlakit/kv_format.h"
 #include "mlakit/status.h"
@@ -60,6 +63,20 @@ class Buffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+/// Runs `allocate` (which allocates host memory, e.g. sizes a std::vector) and turns its failure into
+/// "what bytes=N: allocation failed on cpu" instead of an exception.
+template <typename Fn>
+Status host_allocation(const std::string& what, size_t bytes, Fn&& allocate) {
+  try {
+    allocate();
+  } catch (const std::bad_alloc&) {
+    return Status::invalid(what + " bytes=" + std::to_string(bytes) + ": allocation failed on cpu");
+  } catch (const std::length_error&) {
+    return Status::invalid(what + " bytes=" + std::to_string(bytes) + ": allocation failed on cpu");
+  }
+  return {};
+}
 
 std::unique_ptr<DeviceMemory> make_cpu_memory();
 /// CUDA memory on the current device, or a status saying why there is none (no GPU, or built without CUDA).
