@@ -121,6 +121,56 @@ Status optional_tensor(const TensorView& t, std::string_view name, std::initiali
   return tensor(t, name, dtypes, ndim, layout);
 }
 
+Operand operand(const TensorView& t, std::string_view name) { return {name, byte_range(t), t.device}; }
+
+Operand scalar_operand(const float* p, std::string_view name, Device device) {
+  if (p == nullptr) return {name, {}, device};
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return {name, {a, a + sizeof(float)}, device};
+}
+
+Status disjoint(const Operand& output, const Operand& other, std::string_view rule) {
+  const ByteRange& a = output.bytes;
+  const ByteRange& b = other.bytes;
+  if (a.empty() || b.empty() || !(output.device == other.device) || a.end <= b.begin || b.end <= a.begin) return {};
+  std::string msg(output.name);
+  msg.append(": overlaps ").append(other.name);
+  msg.append(" (bytes [" + hex(a.begin) + ", " + hex(a.end) + ") and [" + hex(b.begin) + ", " + hex(b.end) + ")): ");
+  msg.append(rule);
+  return Status::invalid(std::move(msg));
+}
+
+Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Operand& in : inputs) MLAKIT_TRY(disjoint(*o, in, "outputs must not alias inputs"));
+    for (auto later = o + 1; later != outputs.end(); ++later) {
+      MLAKIT_TRY(disjoint(*o, *later, "outputs must not alias each other"));
+    }
+  }
+  return {};
+}
+
+namespace {
+
+/// Same data, dtype and shape, and the same stride wherever a dimension has more than one element; `b` is read
+/// from dimension `b_first` on.
+bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim - b_first || a.ndim < 0 || a.ndim > kMaxDims) {
+    return false;
+  }
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i + b_first]) return false;
+    if (a.shape[i] > 1 && a.stride[i] != b.stride[i + b_first]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool is_part0(const TensorView& view, const TensorView& parts) { return same_elements_from(view, parts, 1); }
+
+bool same_elements(const TensorView& a, const TensorView& b) { return same_elements_from(a, b, 0); }
+
 Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, std::string_view what) {
   if (t.shape[d] == expected) return {};
   return fail(field(name, "shape[" + std::to_string(d) + "]"), t.shape[d],

@@ -33,6 +33,30 @@ struct ByteRange {
 };
 ByteRange byte_range(const TensorView& t);
 
+/// One tensor (or scalar read through a pointer) of a call, for the alias rules.
+struct Operand {
+  std::string_view name;
+  ByteRange bytes;
+  Device device;
+};
+/// The bytes of `t` (empty when it is not given or has no element).
+Operand operand(const TensorView& t, std::string_view name);
+/// A float32 scalar read through a pointer (kv_scale, q_scale) on `device`; empty when the pointer is null.
+Operand scalar_operand(const float* p, std::string_view name, Device device);
+
+/// Outputs must not alias inputs (docs/spec.md section 9): `output` and `other`, when both are non-empty and on
+/// one device, must not share a byte, else "output: overlaps other (bytes [a, b) and [c, d)): rule".
+Status disjoint(const Operand& output, const Operand& other, std::string_view rule);
+/// disjoint() of every output with every input ("outputs must not alias inputs") and with every later output
+/// ("outputs must not alias each other"). Inputs may overlap each other.
+Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs);
+/// Whether `view` addresses exactly the elements of part 0 of `parts` (its leading dimension dropped): same data
+/// pointer, dtype, shape, and strides wherever a dimension has more than one element. The in-place forms of
+/// merge (docs/spec.md section 6) are this; a part that overlaps otherwise is not.
+bool is_part0(const TensorView& view, const TensorView& parts);
+/// Whether two views address exactly the same elements (same data, dtype, shape and strides, as above).
+bool same_elements(const TensorView& a, const TensorView& b);
+
 /// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
 Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);
 /// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).
