@@ -202,12 +202,22 @@ Status dims(const MlaDims& d, std::string_view name) {
   if (d.d_r < 0 || d.d_r % 2 != 0) {
     return fail(field(name, "d_r"), int64_t(d.d_r), "must be even and >= 0 (RoPE rotates pairs)");
   }
+  // d_qk = d_c + d_r is an int everywhere (MlaDims::d_qk(), kernel parameters): keep it far from overflowing.
+  if (d.d_c > kMaxLatentWidth) {
+    return fail(field(name, "d_c"), int64_t(d.d_c), "must be <= " + std::to_string(kMaxLatentWidth));
+  }
+  if (d.d_r > kMaxLatentWidth) {
+    return fail(field(name, "d_r"), int64_t(d.d_r), "must be <= " + std::to_string(kMaxLatentWidth));
+  }
   return {};
 }
 
 Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
                 PageRule page_rule) {
   const std::string pages = field(name, "pages");
+  if (std::string_view(kv_format_name(kv.format)) == "unknown") {
+    return fail(field(name, "format"), int64_t(kv.format), "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla");
+  }
   MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
     return fail(field(name, "format"), kv_format_name(kv.format),

@@ -65,7 +65,9 @@ Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, std:
 Status same_device(const TensorView& t, std::string_view name, Device device, std::string_view anchor);
 /// Finite and > 0.
 Status positive_finite(std::string_view field, double value, std::string_view note = {});
-/// Latent geometry: d_c >= 1, d_r >= 0 and even.
+/// Largest d_c and d_r accepted (DeepSeek: 512 and 64): d_c + d_r stays far from int's range.
+inline constexpr int kMaxLatentWidth = 1 << 16;
+/// Latent geometry: d_c in [1, kMaxLatentWidth], d_r in [0, kMaxLatentWidth] and even.
 Status dims(const MlaDims& d, std::string_view name);
 /// Which page sizes a cache may have (docs/spec.md section 2): operations that walk a block table need a power of
 /// two in [kMinPageSize, kMaxPageSize]; sparse decode locates rows by id alone and takes any P >= 1.

@@ -98,6 +98,12 @@ const DecodeRule kDecodeRules[] = {
     // A tensor's byte range must be addressable: 2 x 2^62 elements x 2 bytes is past 2^63 - 1.
     {"QSpanOverflow", [](DecodeProblem& p) { p.q.stride[0] = int64_t(1) << 62; },
      "q.stride[0]=4611686018427387904: with shape[0]=2 the tensor spans more than 2^63 - 1 bytes"},
+    // Found by the validation fuzzer: d_c + d_r overflowed int in kv_row_bytes(); an unknown format had 0-byte rows.
+    {"LatentTooWide", [](DecodeProblem& p) { p.kv.dims.d_c = INT32_MAX; },
+     "kv.dims.d_c=2147483647: must be <= 65536"},
+    {"RopeTooWide", [](DecodeProblem& p) { p.kv.dims.d_r = (1 << 16) + 2; }, "kv.dims.d_r=65538: must be <= 65536"},
+    {"UnknownFormat", [](DecodeProblem& p) { p.kv.format = KvFormat(9); },
+     "kv.format=9: must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla"},
     {"OutStrideMin", [](DecodeProblem& p) { p.out.stride[2] = INT64_MIN; },
      "out.stride[2]=-9223372036854775808: with shape[2]=4 the tensor spans more than 2^63 - 1 bytes"},
 };

@@ -194,6 +194,8 @@ TEST(AppendKvValidation, Rules) {
       {"QScale", [](auto& p, Arena&) { p.q_scale_value = INFINITY; },
        "q_scale_value=inf: must be finite and > 0 (used when q_scale is null)"},
       {"QWidth", [](auto& p, Arena&) { p.q.shape[2] = 8; }, "q.shape[2]=8: must equal d_qk = d_c + d_r=12"},
+      {"UnknownRopeStyle", [](auto& p, Arena&) { p.rope_style = RopeStyle(2); },
+       "rope_style=2: must be interleaved (0) or neox (1)"},
   });
 }
 
@@ -214,6 +216,7 @@ TEST(RopeValidation, Rules) {
       {"PositionPastTable", [](auto&, Arena& a) { a.i64[0] = 6; }, "positions[0]=6: must be in [0, 5] (rows of cos_sin)"},
       {"StridedTable", [](auto& p, Arena&) { p.cos_sin.stride[0] = 8; }, "cos_sin.stride[0]=8: must be d_r (contiguous)"},
       {"IntX", [](auto& p, Arena&) { p.x.dtype = DType::kInt32; }, "x.dtype=int32: must be one of bf16, fp16, fp32"},
+      {"UnknownStyle", [](auto& p, Arena&) { p.style = RopeStyle(7); }, "style=7: must be interleaved (0) or neox (1)"},
   });
 }
 
