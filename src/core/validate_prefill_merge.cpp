@@ -125,18 +125,23 @@ Status MergePairProblem::validate() const {
                                 {&lse, "lse"}}) {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out_a"));
   }
-  // In place (docs/spec.md section 6) is out exactly out_a, lse exactly lse_a. Any other overlap is rejected.
+  // In place (docs/spec.md section 6) is out exactly out_a or out_b, lse exactly lse_a or lse_b: each element is
+  // read from both parts before it is written. Any other overlap is rejected.
   const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
   const check::Operand oa = check::operand(out_a, "out_a"), la = check::operand(lse_a, "lse_a");
   const check::Operand ob = check::operand(out_b, "out_b"), lb = check::operand(lse_b, "lse_b");
-  if (!check::same_elements(out, out_a)) {
-    MLAKIT_TRY(check::disjoint(o, oa, "outputs must not alias inputs (in place: out is exactly out_a)"));
+  constexpr auto kOutRule = "outputs must not alias inputs (in place: out is exactly out_a or out_b)";
+  constexpr auto kLseRule = "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)";
+  const bool out_in_place = check::same_elements(out, out_a) || check::same_elements(out, out_b);
+  const bool lse_in_place = check::same_elements(lse, lse_a) || check::same_elements(lse, lse_b);
+  if (!out_in_place) {
+    for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(o, *in, kOutRule));
   }
-  for (const check::Operand* in : {&la, &ob, &lb}) MLAKIT_TRY(check::disjoint(o, *in, "outputs must not alias inputs"));
+  for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(o, *in, "outputs must not alias inputs"));
   MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
-  for (const check::Operand* in : {&oa, &ob, &lb}) MLAKIT_TRY(check::disjoint(l, *in, "outputs must not alias inputs"));
-  if (!check::same_elements(lse, lse_a)) {
-    MLAKIT_TRY(check::disjoint(l, la, "outputs must not alias inputs (in place: lse is exactly lse_a)"));
+  for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(l, *in, "outputs must not alias inputs"));
+  if (!lse_in_place) {
+    for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(l, *in, kLseRule));
   }
   return {};
 }

@@ -596,7 +596,7 @@ class MergePairTarget final : public Target {
     return slot == 1 || slot == 3 ? random_lse(r) : Target::random_value(slot, r);
   }
   std::string mutate_scalar(Rng&) override {
-    p_.out = p_.out_b;  // in place into b: not a documented form (rejected unless b is empty)
+    p_.out = p_.out_b;  // in place into b: the other exact form
     in_place_out_ = false;
     out_over_b_ = true;
     return "out = out_b";

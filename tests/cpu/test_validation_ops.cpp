@@ -340,20 +340,29 @@ TEST(AliasValidation, EmptyTensorsNeverOverlap) {
   expect_ok(p);
 }
 
-TEST(AliasValidation, MergePairInPlaceIsExactlyA) {
+TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
   Arena a;
   MergePairProblem p = make_pair(a);  // in place into a: allowed
   expect_ok(p);
   MergePairProblem q = p;
-  q.out = q.out_b;  // in place into b is not a documented form
-  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "out_b", q.out_b));
+  q.out = q.out_b;  // in place into b: allowed too (the CUDA merge tests run it)
+  q.lse = q.lse_b;
+  expect_ok(q);
   q = p;
   q.out.data = a.f32.data() + 5;  // a shifted by one row
   EXPECT_EQ(q.validate().message(),
-            overlap("out", q.out, "out_a", q.out_a, "outputs must not alias inputs (in place: out is exactly out_a)"));
+            overlap("out", q.out, "out_a", q.out_a,
+                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
   q = p;
-  q.lse = q.lse_b;
-  EXPECT_EQ(q.validate().message(), overlap("lse", q.lse, "lse_b", q.lse_b));
+  q.out = TensorView::strided(a.f32.data() + 64, DType::kFP32, {4, 5}, {4, 1});  // out_b's address, other strides
+  EXPECT_EQ(q.validate().message(),
+            overlap("out", q.out, "out_b", q.out_b,
+                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
+  q = p;
+  q.lse = TensorView::contiguous(a.f32b.data() + 65, DType::kFP32, {4});  // lse_b shifted by one
+  EXPECT_EQ(q.validate().message(),
+            overlap("lse", q.lse, "lse_b", q.lse_b,
+                    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)"));
   q = p;
   q.lse = TensorView::contiguous(a.f32.data() + 10, DType::kFP32, {4});  // inside out (== out_a): outputs collide
   EXPECT_EQ(q.validate().message(), overlap("out", q.out, "lse", q.lse, "outputs must not alias each other"));
