@@ -80,7 +80,7 @@ struct DecodeBuffers {
 
 /// Distinct addresses, never dereferenced, for buffers that are described but not allocated (validate() and
 /// supports() read no device memory, nor float data on the CPU): 2^58 bytes apart, more than any buffer of a
-/// valid call, the cache's last (it is the largest), all 256-byte aligned like a cudaMalloc result.
+/// valid call, the cache last (it is the largest), all 256-byte aligned like a cudaMalloc result.
 DecodeBuffers placeholder_buffers();
 
 /// The decode problem of `spec` over `buffers` laid out as `layout` says (contiguous tensors, DeepSeek
