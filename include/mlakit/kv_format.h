@@ -54,8 +54,8 @@ constexpr bool kv_format_supports_dims(KvFormat f, int d_c, int d_r) {
 constexpr int64_t kv_row_bytes(KvFormat f, int d_c, int d_r) {
   switch (f) {
     case KvFormat::kBF16:
-    case KvFormat::kFP16: return 2 * int64_t(d_c + d_r);
-    case KvFormat::kFP8E4M3: return int64_t(d_c + d_r);
+    case KvFormat::kFP16: return 2 * (int64_t(d_c) + d_r);  // summed in 64 bits: any int widths
+    case KvFormat::kFP8E4M3: return int64_t(d_c) + d_r;
     case KvFormat::kFP8DsMla: return ds_mla::kRowBytes;
   }
   return 0;

@@ -108,7 +108,8 @@ struct PrefillProblem {
 };
 
 /// docs/spec.md section 6, N-input form: merges n partial states over disjoint key sets.
-/// In place when `out`/`lse` alias part 0 of `parts_out`/`parts_lse`.
+/// In place when `out`/`lse` alias part 0 of `parts_out`/`parts_lse` exactly: same pointer, dtype, shape and
+/// strides (the leading dimension dropped). Any other overlap of an output with an input is rejected.
 struct MergeProblem {
   TensorView parts_out;  ///< float32|bf16|fp16 [n, rows, d], each normalised within its part
   TensorView parts_lse;  ///< float32 [n, rows]
@@ -118,7 +119,8 @@ struct MergeProblem {
   Status validate() const;
 };
 
-/// docs/spec.md section 6, two-input form. In place when `out`/`lse` alias `out_a`/`lse_a`.
+/// docs/spec.md section 6, two-input form. In place when `out`/`lse` alias `out_a`/`lse_a` (or `out_b`/`lse_b`)
+/// exactly: same pointer, dtype, shape and strides. Any other overlap of an output with an input is rejected.
 struct MergePairProblem {
   TensorView out_a;  ///< float32|bf16|fp16 [rows, d]
   TensorView lse_a;  ///< float32 [rows]

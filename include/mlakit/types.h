@@ -78,6 +78,7 @@ struct TensorView {
 
   bool defined() const { return ndim > 0; }
   int64_t size(int i) const { return shape[i]; }
+  /// Product of the shape; 0 when a dimension is 0, INT64_MAX when the product does not fit.
   int64_t numel() const;
   /// Row-major contiguous over all dimensions.
   bool is_contiguous() const;

@@ -35,6 +35,42 @@ std::string field(std::string_view name, std::string_view member) {
   return std::string(name) + "." + std::string(member);
 }
 
+std::string hex(uintptr_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+/// Where a non-empty tensor's bytes lie around its data pointer: `below` bytes before it (negative strides),
+/// `above` bytes from it (its last element included). `bad_dim` >= 0 names the dimension at which the span
+/// |stride| * (shape - 1) * element size, summed over dimensions, stops fitting in int64.
+struct Reach {
+  int64_t below = 0;
+  int64_t above = 0;
+  int bad_dim = -1;
+};
+
+Reach reach(const TensorView& t) {
+  const int64_t elem = int64_t(dtype_size(t.dtype));
+  Reach r;
+  r.above = elem;
+  int64_t span = elem;
+  for (int i = 0; i < t.ndim && i < kMaxDims; ++i) {
+    if (t.shape[i] <= 1) continue;
+    const int64_t stride = t.stride[i];
+    int64_t step = 0;
+    if (stride == INT64_MIN || __builtin_mul_overflow(stride < 0 ? -stride : stride, t.shape[i] - 1, &step) ||
+        __builtin_mul_overflow(step, elem, &step) || __builtin_add_overflow(span, step, &span)) {
+      r.bad_dim = i;
+      return r;
+    }
+    (stride < 0 ? r.below : r.above) += step;  // both parts are <= span: no overflow
+  }
+  return r;
+}
+
+bool has_elements(const TensorView& t) { return t.defined() && t.numel() > 0; }
+
 }  // namespace
 
 Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
@@ -55,7 +91,28 @@ Status tensor(const TensorView& t, std::string_view name, std::initializer_list<
     return fail(field(name, "stride[" + std::to_string(ndim - 1) + "]"), t.stride[ndim - 1],
                 "must be 1 (last dimension contiguous)");
   }
+  if (t.numel() == 0) return {};  // spans no byte, whatever its strides
+  const Reach r = reach(t);
+  if (r.bad_dim >= 0) {
+    const std::string d = std::to_string(r.bad_dim);
+    return fail(field(name, "stride[" + d + "]"), t.stride[r.bad_dim],
+                "with shape[" + d + "]=" + std::to_string(t.shape[r.bad_dim]) +
+                    " the tensor spans more than 2^63 - 1 bytes");
+  }
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t.data);
+  if (data < uintptr_t(r.below) || UINTPTR_MAX - data < uintptr_t(r.above)) {
+    return fail(field(name, "data"), hex(data),
+                "its strides reach " + std::to_string(r.below) + " bytes before and " + std::to_string(r.above) +
+                    " bytes from it, past the ends of the address space");
+  }
   return {};
+}
+
+ByteRange byte_range(const TensorView& t) {
+  if (!has_elements(t)) return {};
+  const Reach r = reach(t);
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t.data);
+  return {data - uintptr_t(r.below), data + uintptr_t(r.above)};
 }
 
 Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
@@ -63,6 +120,56 @@ Status optional_tensor(const TensorView& t, std::string_view name, std::initiali
   if (!t.defined()) return {};
   return tensor(t, name, dtypes, ndim, layout);
 }
+
+Operand operand(const TensorView& t, std::string_view name) { return {name, byte_range(t), t.device}; }
+
+Operand scalar_operand(const float* p, std::string_view name, Device device) {
+  if (p == nullptr) return {name, {}, device};
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return {name, {a, a + sizeof(float)}, device};
+}
+
+Status disjoint(const Operand& output, const Operand& other, std::string_view rule) {
+  const ByteRange& a = output.bytes;
+  const ByteRange& b = other.bytes;
+  if (a.empty() || b.empty() || !(output.device == other.device) || a.end <= b.begin || b.end <= a.begin) return {};
+  std::string msg(output.name);
+  msg.append(": overlaps ").append(other.name);
+  msg.append(" (bytes [" + hex(a.begin) + ", " + hex(a.end) + ") and [" + hex(b.begin) + ", " + hex(b.end) + ")): ");
+  msg.append(rule);
+  return Status::invalid(std::move(msg));
+}
+
+Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Operand& in : inputs) MLAKIT_TRY(disjoint(*o, in, "outputs must not alias inputs"));
+    for (auto later = o + 1; later != outputs.end(); ++later) {
+      MLAKIT_TRY(disjoint(*o, *later, "outputs must not alias each other"));
+    }
+  }
+  return {};
+}
+
+namespace {
+
+/// Same data, dtype and shape, and the same stride wherever a dimension has more than one element; `b` is read
+/// from dimension `b_first` on.
+bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim - b_first || a.ndim < 0 || a.ndim > kMaxDims) {
+    return false;
+  }
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i + b_first]) return false;
+    if (a.shape[i] > 1 && a.stride[i] != b.stride[i + b_first]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool is_part0(const TensorView& view, const TensorView& parts) { return same_elements_from(view, parts, 1); }
+
+bool same_elements(const TensorView& a, const TensorView& b) { return same_elements_from(a, b, 0); }
 
 Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, std::string_view what) {
   if (t.shape[d] == expected) return {};
@@ -95,12 +202,22 @@ Status dims(const MlaDims& d, std::string_view name) {
   if (d.d_r < 0 || d.d_r % 2 != 0) {
     return fail(field(name, "d_r"), int64_t(d.d_r), "must be even and >= 0 (RoPE rotates pairs)");
   }
+  // d_qk = d_c + d_r is an int everywhere (MlaDims::d_qk(), kernel parameters): keep it far from overflowing.
+  if (d.d_c > kMaxLatentWidth) {
+    return fail(field(name, "d_c"), int64_t(d.d_c), "must be <= " + std::to_string(kMaxLatentWidth));
+  }
+  if (d.d_r > kMaxLatentWidth) {
+    return fail(field(name, "d_r"), int64_t(d.d_r), "must be <= " + std::to_string(kMaxLatentWidth));
+  }
   return {};
 }
 
 Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
                 PageRule page_rule) {
   const std::string pages = field(name, "pages");
+  if (std::string_view(kv_format_name(kv.format)) == "unknown") {
+    return fail(field(name, "format"), int64_t(kv.format), "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla");
+  }
   MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
     return fail(field(name, "format"), kv_format_name(kv.format),
@@ -146,8 +263,9 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
     const int64_t pages_used = (len + p - 1) / p;
     const int32_t* row = block_table.ptr<const int32_t>() + b * block_table.stride[0];
     for (int64_t i = 0; i < pages_used; ++i) {
-      MLAKIT_TRY(range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
-                       kv.num_pages() - 1, "a page of the cache, used by " + len_field));
+      if (row[i] >= 0 && row[i] < kv.num_pages()) continue;  // the message is built for a failure only
+      return range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
+                   kv.num_pages() - 1, "a page of the cache, used by " + len_field);
     }
   }
   return {};

@@ -17,12 +17,46 @@ Status fail(std::string_view field, int64_t value, std::string_view rule);
 Status fail(std::string_view field, double value, std::string_view rule);
 
 /// A required tensor: given, non-null when non-empty, one of `dtypes`, rank `ndim` (`layout` names the
-/// dimensions in the message, e.g. "[b, s_q, h_q, d_qk]"), last dimension contiguous, no negative sizes.
+/// dimensions in the message, e.g. "[b, s_q, h_q, d_qk]"), last dimension contiguous, no negative sizes, and
+/// addressable: the bytes it spans (byte_range()) fit in 64-bit offsets and in the address space.
 Status tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes, int ndim,
               std::string_view layout);
 /// Same as tensor() when `t` is given; ok when it is not.
 Status optional_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
                        int ndim, std::string_view layout);
+/// The bytes a tensor's elements occupy, [begin, end) as addresses (strides may be any values, negative
+/// included). Empty for a tensor not given or with no element. Only for tensors tensor() accepted.
+struct ByteRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  bool empty() const { return begin >= end; }
+};
+ByteRange byte_range(const TensorView& t);
+
+/// One tensor (or scalar read through a pointer) of a call, for the alias rules.
+struct Operand {
+  std::string_view name;
+  ByteRange bytes;
+  Device device;
+};
+/// The bytes of `t` (empty when it is not given or has no element).
+Operand operand(const TensorView& t, std::string_view name);
+/// A float32 scalar read through a pointer (kv_scale, q_scale) on `device`; empty when the pointer is null.
+Operand scalar_operand(const float* p, std::string_view name, Device device);
+
+/// Outputs must not alias inputs (docs/spec.md section 9): `output` and `other`, when both are non-empty and on
+/// one device, must not share a byte, else "output: overlaps other (bytes [a, b) and [c, d)): rule".
+Status disjoint(const Operand& output, const Operand& other, std::string_view rule);
+/// disjoint() of every output with every input ("outputs must not alias inputs") and with every later output
+/// ("outputs must not alias each other"). Inputs may overlap each other.
+Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs);
+/// Whether `view` addresses exactly the elements of part 0 of `parts` (its leading dimension dropped): same data
+/// pointer, dtype, shape, and strides wherever a dimension has more than one element. The in-place forms of
+/// merge (docs/spec.md section 6) are this; a part that overlaps otherwise is not.
+bool is_part0(const TensorView& view, const TensorView& parts);
+/// Whether two views address exactly the same elements (same data, dtype, shape and strides, as above).
+bool same_elements(const TensorView& a, const TensorView& b);
+
 /// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
 Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);
 /// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).
@@ -31,7 +65,9 @@ Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, std:
 Status same_device(const TensorView& t, std::string_view name, Device device, std::string_view anchor);
 /// Finite and > 0.
 Status positive_finite(std::string_view field, double value, std::string_view note = {});
-/// Latent geometry: d_c >= 1, d_r >= 0 and even.
+/// Largest d_c and d_r accepted (DeepSeek: 512 and 64): d_c + d_r stays far from int's range.
+inline constexpr int kMaxLatentWidth = 1 << 16;
+/// Latent geometry: d_c in [1, kMaxLatentWidth], d_r in [0, kMaxLatentWidth] and even.
 Status dims(const MlaDims& d, std::string_view name);
 /// Which page sizes a cache may have (docs/spec.md section 2): operations that walk a block table need a power of
 /// two in [kMinPageSize, kMaxPageSize]; sparse decode locates rows by id alone and takes any P >= 1.

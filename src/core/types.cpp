@@ -43,10 +43,11 @@ TensorView TensorView::contiguous(const void* data, DType dtype, std::initialize
   t.ndim = static_cast<int>(shape.size());
   int i = 0;
   for (int64_t s : shape) t.shape[i++] = s;
+  // A stride past int64 saturates (validate() then rejects the tensor's extent) instead of overflowing.
   int64_t stride = 1;
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.stride[d] = stride;
-    stride *= t.shape[d];
+    if (__builtin_mul_overflow(stride, t.shape[d], &stride)) stride = INT64_MAX;
   }
   return t;
 }
@@ -60,23 +61,30 @@ TensorView TensorView::strided(const void* data, DType dtype, std::initializer_l
 }
 
 int64_t TensorView::numel() const {
-  int64_t n = ndim > 0 ? 1 : 0;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  if (ndim <= 0 || ndim > kMaxDims) return 0;
+  for (int i = 0; i < ndim; ++i) {
+    if (shape[i] == 0) return 0;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;
+  }
   return n;
 }
 
 bool TensorView::is_contiguous() const {
+  if (ndim < 0 || ndim > kMaxDims) return false;
   int64_t expected = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expected) return false;
-    expected *= shape[d];
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return d == 0;  // only the outermost may exceed
   }
   return true;
 }
 
 std::string TensorView::describe() const {
   std::string s = std::string(dtype_name(dtype)) + "[";
-  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (int i = 0; i < ndim && i < kMaxDims; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
 

@@ -7,8 +7,7 @@ namespace {
 
 constexpr std::initializer_list<DType> kInputDTypes = {DType::kBF16, DType::kFP16, DType::kFP32};
 
-/// The cos/sin table and positions of RoPE: table float32 [max_pos, d_r] contiguous, positions int64 [T]
-/// within the table when they can be read on the host.
+/// The cos/sin table and positions of RoPE: table float32 [max_pos, d_r] contiguous, positions int64 [T].
 Status rope_inputs(const TensorView& positions, const TensorView& cos_sin, int64_t tokens, int64_t d_r,
                    Device dev, std::string_view anchor) {
   MLAKIT_TRY(check::tensor(positions, "positions", {DType::kInt64}, 1, "[T]"));
@@ -19,14 +18,29 @@ Status rope_inputs(const TensorView& positions, const TensorView& cos_sin, int64
   MLAKIT_TRY(check::range("cos_sin.shape[0]", cos_sin.shape[0], 1, INT64_MAX, "max_pos"));
   MLAKIT_TRY(check::same_device(cos_sin, "cos_sin", dev, anchor));
   if (!cos_sin.is_contiguous()) return check::fail("cos_sin.stride[0]", cos_sin.stride[0], "must be d_r (contiguous)");
-  if (dev.is_cpu()) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t pos = positions.ptr<const int64_t>()[t * positions.stride[0]];
-      MLAKIT_TRY(check::range("positions[" + std::to_string(t) + "]", pos, 0, cos_sin.shape[0] - 1,
-                              "rows of cos_sin"));
-    }
+  return {};
+}
+
+/// Positions within the table, when they can be read on the host.
+Status positions_contents(const TensorView& positions, const TensorView& cos_sin) {
+  if (!positions.device.is_cpu()) return {};
+  for (int64_t t = 0; t < positions.shape[0]; ++t) {
+    const int64_t pos = positions.ptr<const int64_t>()[t * positions.stride[0]];
+    if (pos >= 0 && pos < cos_sin.shape[0]) continue;  // the message is built for a failure only
+    return check::range("positions[" + std::to_string(t) + "]", pos, 0, cos_sin.shape[0] - 1, "rows of cos_sin");
   }
   return {};
+}
+
+Status known_rope_style(RopeStyle style, std::string_view name) {
+  if (style == RopeStyle::kInterleaved || style == RopeStyle::kNeox) return {};
+  return check::fail(name, int64_t(style), "must be interleaved (0) or neox (1)");
+}
+
+/// The fp8_e4m3 scale the kernels read through cache.kv_scale (other formats never read it).
+check::Operand kv_scale_operand(const KvCacheView& cache) {
+  return check::scalar_operand(cache.format == KvFormat::kFP8E4M3 ? cache.kv_scale : nullptr, "cache.kv_scale",
+                               cache.pages.device);
 }
 
 }  // namespace
@@ -35,7 +49,12 @@ Status RopeProblem::validate() const {
   MLAKIT_TRY(check::tensor(x, "x", kInputDTypes, 3, "[T, H, d_r]"));
   MLAKIT_TRY(check::range("d_r", x.shape[2], 2, INT32_MAX, "x.shape[2]"));
   if (x.shape[2] % 2 != 0) return check::fail("d_r", x.shape[2], "must be even (RoPE rotates pairs)");
-  return rope_inputs(positions, cos_sin, x.shape[0], x.shape[2], x.device, "x");
+  MLAKIT_TRY(known_rope_style(style, "style"));
+  MLAKIT_TRY(rope_inputs(positions, cos_sin, x.shape[0], x.shape[2], x.device, "x"));
+  // x is rotated in place: it is the one tensor both read and written.
+  MLAKIT_TRY(check::no_alias({check::operand(x, "x")},
+                             {check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin")}));
+  return positions_contents(positions, cos_sin);
 }
 
 Status AppendKvProblem::validate() const {
@@ -53,7 +72,10 @@ Status AppendKvProblem::validate() const {
   MLAKIT_TRY(check::dim(slot_mapping, "slot_mapping", 0, tokens, "T"));
   MLAKIT_TRY(check::same_device(slot_mapping, "slot_mapping", dev, "kv_c"));
 
-  if (positions.defined()) MLAKIT_TRY(rope_inputs(positions, cos_sin, tokens, d.d_r, dev, "kv_c"));
+  if (positions.defined()) {
+    MLAKIT_TRY(rope_inputs(positions, cos_sin, tokens, d.d_r, dev, "kv_c"));
+    MLAKIT_TRY(known_rope_style(rope_style, "rope_style"));
+  }
   MLAKIT_TRY(check::optional_tensor(q, "q", {DType::kBF16, DType::kFP16}, 3, "[T, h_q, d_qk]"));
   if (q.defined()) {
     MLAKIT_TRY(check::same_device(q, "q", dev, "kv_c"));
@@ -68,6 +90,15 @@ Status AppendKvProblem::validate() const {
     for (int i = 0; i < 3; ++i) MLAKIT_TRY(check::dim(q_fp8, "q_fp8", i, q.shape[i], "q.shape[" + std::to_string(i) + "]"));
     if (q_scale == nullptr) MLAKIT_TRY(check::positive_finite("q_scale_value", q_scale_value, "used when q_scale is null"));
   }
+  // Written: the cache, q when fused RoPE rotates it in place, q_fp8. q is otherwise only read (for q_fp8).
+  const bool q_written = q.defined() && positions.defined();
+  const check::Operand q_op = check::operand(q, "q"), none{};
+  MLAKIT_TRY(check::no_alias(
+      {check::operand(cache.pages, "cache.pages"), q_written ? q_op : none, check::operand(q_fp8, "q_fp8")},
+      {check::operand(kv_c, "kv_c"), check::operand(k_pe, "k_pe"), check::operand(slot_mapping, "slot_mapping"),
+       check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin"), q_written ? none : q_op,
+       check::scalar_operand(q_fp8.defined() ? q_scale : nullptr, "q_scale", dev), kv_scale_operand(cache)}));
+  if (positions.defined()) MLAKIT_TRY(positions_contents(positions, cos_sin));
 
   if (dev.is_cpu()) {
     const int64_t rows = cache.num_pages() * cache.page_size();
@@ -97,6 +128,10 @@ Status GatherKvProblem::validate() const {
   for (const auto& [t, name] : {std::pair{&seq_lens, "seq_lens"}, {&block_table, "block_table"}, {&cu_out, "cu_out"}}) {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out"));
   }
+  MLAKIT_TRY(check::no_alias({check::operand(out, "out")},
+                             {check::operand(cache.pages, "cache.pages"), kv_scale_operand(cache),
+                              check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens"),
+                              check::operand(cu_out, "cu_out")}));
   if (dev.is_cpu()) {
     MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, cache));
     const auto cu = [&](int64_t i) { return int64_t(cu_out.ptr<const int32_t>()[i * cu_out.stride[0]]); };

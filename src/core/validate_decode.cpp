@@ -33,6 +33,11 @@ Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const 
   return check::positive_finite("softmax_scale", softmax_scale, "there is no default: pass tau explicitly");
 }
 
+/// The fp8_e4m3 scale the kernels read through kv.kv_scale (other formats never read it).
+check::Operand kv_scale_operand(const KvCacheView& kv) {
+  return check::scalar_operand(kv.format == KvFormat::kFP8E4M3 ? kv.kv_scale : nullptr, "kv.kv_scale", kv.pages.device);
+}
+
 }  // namespace
 
 Status DecodeProblem::validate() const {
@@ -45,6 +50,9 @@ Status DecodeProblem::validate() const {
   MLAKIT_TRY(check::tensor(seq_lens, "seq_lens", {DType::kInt32}, 1, "[b]"));
   MLAKIT_TRY(check::same_device(seq_lens, "seq_lens", q.device, "q"));
   MLAKIT_TRY(check::dim(seq_lens, "seq_lens", 0, b, "b"));
+  MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
+                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
+                              check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens")}));
   if (q.device.is_cpu()) MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, kv));
   return {};
 }
@@ -63,6 +71,10 @@ Status SparseDecodeProblem::validate() const {
   MLAKIT_TRY(check::optional_tensor(attn_sink, "attn_sink", {DType::kFP32}, 1, "[h_q]"));
   MLAKIT_TRY(check::same_device(attn_sink, "attn_sink", dev, "q"));
   if (attn_sink.defined()) MLAKIT_TRY(check::dim(attn_sink, "attn_sink", 0, h_q(), "h_q"));
+  MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
+                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
+                              check::operand(indices, "indices"), check::operand(topk_length, "topk_length"),
+                              check::operand(attn_sink, "attn_sink")}));
 
   if (dev.is_cpu()) {
     const int64_t rows = kv.num_pages() * kv.page_size();

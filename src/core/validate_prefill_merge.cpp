@@ -52,6 +52,9 @@ Status PrefillProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "q"));
   }
   MLAKIT_TRY(check::positive_finite("softmax_scale", softmax_scale, "there is no default: pass tau explicitly"));
+  MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
+                             {check::operand(q, "q"), check::operand(k, "k"), check::operand(v, "v"),
+                              check::operand(cu_seqlens_q, "cu_seqlens_q"), check::operand(cu_seqlens_k, "cu_seqlens_k")}));
 
   if (dev.is_cpu()) {
     MLAKIT_TRY(cu_seqlens_contents(cu_seqlens_q, "cu_seqlens_q", q.shape[0]));
@@ -86,6 +89,19 @@ Status MergeProblem::validate() const {
   for (const auto& [t, name] : {std::pair{&parts_lse, "parts_lse"}, {&out, "out"}, {&lse, "lse"}}) {
     MLAKIT_TRY(check::same_device(*t, name, dev, "parts_out"));
   }
+  // In place (docs/spec.md section 6) is out exactly part 0 of parts_out, lse exactly part 0 of parts_lse: each
+  // element is then read before it is written. Any other overlap is rejected.
+  const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
+  const check::Operand po = check::operand(parts_out, "parts_out"), pl = check::operand(parts_lse, "parts_lse");
+  if (!check::is_part0(out, parts_out)) {
+    MLAKIT_TRY(check::disjoint(o, po, "outputs must not alias inputs (in place: out is exactly part 0 of parts_out)"));
+  }
+  MLAKIT_TRY(check::disjoint(o, pl, "outputs must not alias inputs"));
+  MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
+  MLAKIT_TRY(check::disjoint(l, po, "outputs must not alias inputs"));
+  if (!check::is_part0(lse, parts_lse)) {
+    MLAKIT_TRY(check::disjoint(l, pl, "outputs must not alias inputs (in place: lse is exactly part 0 of parts_lse)"));
+  }
   return {};
 }
 
@@ -108,6 +124,24 @@ Status MergePairProblem::validate() const {
   for (const auto& [t, name] : {std::pair{&out_b, "out_b"}, {&lse_a, "lse_a"}, {&lse_b, "lse_b"}, {&out, "out"},
                                 {&lse, "lse"}}) {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out_a"));
+  }
+  // In place (docs/spec.md section 6) is out exactly out_a or out_b, lse exactly lse_a or lse_b: each element is
+  // read from both parts before it is written. Any other overlap is rejected.
+  const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
+  const check::Operand oa = check::operand(out_a, "out_a"), la = check::operand(lse_a, "lse_a");
+  const check::Operand ob = check::operand(out_b, "out_b"), lb = check::operand(lse_b, "lse_b");
+  constexpr auto kOutRule = "outputs must not alias inputs (in place: out is exactly out_a or out_b)";
+  constexpr auto kLseRule = "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)";
+  const bool out_in_place = check::same_elements(out, out_a) || check::same_elements(out, out_b);
+  const bool lse_in_place = check::same_elements(lse, lse_a) || check::same_elements(lse, lse_b);
+  if (!out_in_place) {
+    for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(o, *in, kOutRule));
+  }
+  for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(o, *in, "outputs must not alias inputs"));
+  MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
+  for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(l, *in, "outputs must not alias inputs"));
+  if (!lse_in_place) {
+    for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(l, *in, kLseRule));
   }
   return {};
 }

@@ -280,6 +280,20 @@ TEST(MergeRules, LseIsOptional) {
                               test::reference_rounding_tolerance(DType::kBF16)));
 }
 
+TEST(MergeRules, NoRowsIgnoresTheStridesOfEmptyTensors) {
+  // Found by the validation fuzzer under UBSan: an empty tensor spans no byte whatever its strides, so validate()
+  // accepts a huge part stride there, and the reference computed part pointers from it (signed overflow).
+  std::vector<float> parts(8), lse(8), out(8), out_lse(8);
+  MergeProblem m;
+  m.parts_out = TensorView::strided(parts.data(), DType::kFP32, {2, 0, 4}, {int64_t(1) << 61, 4, 1});
+  m.parts_lse = TensorView::strided(lse.data(), DType::kFP32, {2, 0}, {int64_t(1) << 61, 1});
+  m.out = TensorView::contiguous(out.data(), DType::kFP32, {0, 4});
+  m.lse = TensorView::contiguous(out_lse.data(), DType::kFP32, {0});
+  const Registry registry = make_default_registry();
+  const Status s = registry.get("reference")->run(m, nullptr);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
 TEST(MergeThroughBackend, RegistryReferenceMatchesDirectCall) {
   const Registry registry = make_default_registry();
   const Backend* backend = registry.get("reference");

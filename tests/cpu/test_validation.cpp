@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/decode_case.h"
+#include "core/check.h"
 #include "mlakit/problems.h"
 
 namespace mlakit {
@@ -92,9 +95,176 @@ const DecodeRule kDecodeRules[] = {
      "softmax_scale=nan: must be finite and > 0 (there is no default: pass tau explicitly)"},
     {"DeviceMismatch", [](DecodeProblem& p) { p.out.device = Device::cuda(0); },
      "out.device=cuda:0: must be on the device of q (cpu)"},
+    // A tensor's byte range must be addressable: 2 x 2^62 elements x 2 bytes is past 2^63 - 1.
+    {"QSpanOverflow", [](DecodeProblem& p) { p.q.stride[0] = int64_t(1) << 62; },
+     "q.stride[0]=4611686018427387904: with shape[0]=2 the tensor spans more than 2^63 - 1 bytes"},
+    // Found by the validation fuzzer: d_c + d_r overflowed int in kv_row_bytes(); an unknown format had 0-byte rows.
+    {"LatentTooWide", [](DecodeProblem& p) { p.kv.dims.d_c = INT32_MAX; },
+     "kv.dims.d_c=2147483647: must be <= 65536"},
+    {"RopeTooWide", [](DecodeProblem& p) { p.kv.dims.d_r = (1 << 16) + 2; }, "kv.dims.d_r=65538: must be <= 65536"},
+    {"UnknownFormat", [](DecodeProblem& p) { p.kv.format = KvFormat(9); },
+     "kv.format=9: must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla"},
+    {"OutStrideMin", [](DecodeProblem& p) { p.out.stride[2] = INT64_MIN; },
+     "out.stride[2]=-9223372036854775808: with shape[2]=4 the tensor spans more than 2^63 - 1 bytes"},
 };
 INSTANTIATE_TEST_SUITE_P(Rules, DecodeValidation, ::testing::ValuesIn(kDecodeRules),
                          [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DecodeValidationExtent, BytesBeforeTheAddressSpaceAreRejected) {
+  DecodeProblem p = shared_case().problem();
+  p.out.stride[0] = -(int64_t(1) << 60);  // 2^61 bytes below a heap pointer: below address 0
+  const Status s = p.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("out.data=0x", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find(": its strides reach 2305843009213693952 bytes before and 4096 bytes from it, past the "
+                             "ends of the address space"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(DecodeValidationExtent, LargeAndNegativeStridesWithinRangeAreAccepted) {
+  // validate() reads no float data: any addressable layout is the caller's to choose (here out rows 1 TiB apart,
+  // and lse with its requests in reverse order, data pointing at the last request).
+  DecodeCase& c = shared_case();
+  DecodeProblem p = c.problem();
+  p.out.stride[0] = int64_t(1) << 39;
+  p.lse.data = static_cast<float*>(p.lse.data) + 4;
+  p.lse.stride[0] = -4;
+  const Status s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(TensorViewArithmetic, NumelAndStridesSaturateInsteadOfOverflowing) {
+  constexpr int64_t kHuge = int64_t(1) << 40;
+  EXPECT_EQ(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge}).numel(), INT64_MAX);
+  EXPECT_EQ(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge, 0}).numel(), 0);  // empty, whatever else
+  const TensorView t = TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge, kHuge});
+  EXPECT_EQ(t.stride[0], INT64_MAX);  // 2^80 saturates: validate() then rejects the span
+  EXPECT_EQ(t.stride[1], kHuge);
+  EXPECT_TRUE(TensorView::contiguous(nullptr, DType::kFP32, {kHuge, kHuge}).is_contiguous());
+}
+
+// ---- outputs that overlap inputs (docs/spec.md section 9) ----
+
+/// "[begin, end)" of a view with non-negative strides, as validate() prints it.
+std::string span(const TensorView& t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.stride[i];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t end = begin + uintptr_t((last + 1) * int64_t(dtype_size(t.dtype)));
+  char text[64];
+  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
+                static_cast<unsigned long long>(end));
+  return text;
+}
+
+std::string overlap(const std::string& out, const TensorView& a, const std::string& in, const TensorView& b,
+                    const std::string& rule) {
+  return out + ": overlaps " + in + " (bytes " + span(a) + " and " + span(b) + "): " + rule;
+}
+
+TEST(DecodeValidationAlias, OutputOverlappingAnInputIsRejected) {
+  DecodeProblem p = shared_case().problem();
+  p.out.data = p.q.data;  // out is smaller than q: entirely inside it
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "q", p.q, "outputs must not alias inputs"));
+
+  p = shared_case().problem();
+  p.out.data = static_cast<uint8_t*>(p.kv.pages.data) + p.kv.pages.stride[0] - 2;  // one element into the last page
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "kv.pages", p.kv.pages, "outputs must not alias inputs"));
+
+  p = shared_case().problem();
+  p.lse.data = p.seq_lens.data;
+  EXPECT_EQ(p.validate().message(), overlap("lse", p.lse, "seq_lens", p.seq_lens, "outputs must not alias inputs"));
+
+  p = shared_case().problem();
+  p.lse.data = static_cast<int32_t*>(p.block_table.data) + 1;
+  EXPECT_EQ(p.validate().message(),
+            overlap("lse", p.lse, "block_table", p.block_table, "outputs must not alias inputs"));
+}
+
+TEST(DecodeValidationAlias, OutputsOverlappingEachOtherAreRejected) {
+  DecodeProblem p = shared_case().problem();
+  p.lse.data = static_cast<uint16_t*>(p.out.data) + 10;
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "lse", p.lse, "outputs must not alias each other"));
+}
+
+TEST(DecodeValidationAlias, ExactAdjacencyIsAccepted) {
+  DecodeProblem p = shared_case().problem();
+  const int64_t q_elems = p.q.numel(), out_elems = p.out.numel();
+  std::vector<uint16_t> shared(size_t(q_elems + out_elems));  // validate() reads neither
+  p.q.data = shared.data();
+  p.out.data = shared.data() + q_elems;  // out starts at the byte after q's last
+  Status s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  p.out.data = shared.data() + q_elems - 1;  // one element earlier: they share q's last element
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "q", p.q, "outputs must not alias inputs"));
+  p.out.data = shared.data();  // and out just below q, ending where q begins
+  p.q.data = shared.data() + out_elems;
+  s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(DecodeValidationAlias, StridedOutputInterleavedWithAnInputIsRejectedByRange) {
+  // The rule compares byte ranges, not elements: an out whose rows leave gaps overlaps a tensor placed in the gaps,
+  // even where they share no element (docs/spec.md section 9).
+  DecodeProblem p = shared_case().problem();
+  std::vector<uint16_t> shared(size_t(p.out.numel() * 2));
+  p.out.data = shared.data();
+  p.out.stride[2] = 1024;
+  p.out.stride[1] = p.out.stride[0] = 4 * 1024;
+  p.lse = {};
+  TensorView other = p.out;
+  other.data = shared.data() + 512;  // the gaps of out
+  p.q = TensorView::contiguous(other.data, DType::kBF16, {2, 1, 4, 576});  // q's bytes run through out's gaps
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "q", p.q, "outputs must not alias inputs"));
+}
+
+TEST(DecodeValidationAlias, Fp8ScaleInsideTheOutputIsRejected) {
+  DecodeProblem p = shared_case().problem();
+  p.kv.format = KvFormat::kFP8E4M3;
+  p.kv.pages.shape[2] = 576;
+  p.kv.pages.stride[1] = 576;
+  p.kv.pages.stride[0] = 64 * 576;
+  p.kv.kv_scale = static_cast<const float*>(p.lse.data) + 2;
+  const auto at = reinterpret_cast<uintptr_t>(p.kv.kv_scale);
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(at),
+                static_cast<unsigned long long>(at + 4));
+  EXPECT_EQ(p.validate().message(),
+            "lse: overlaps kv.kv_scale (bytes " + span(p.lse) + " and " + scale + "): outputs must not alias inputs");
+  p.kv.format = KvFormat::kBF16;  // other formats never read kv_scale: it may point anywhere
+  p.kv.pages = shared_case().problem().kv.pages;
+  EXPECT_TRUE(p.validate().ok());
+}
+
+TEST(DecodeValidationAlias, DevicePointersAreCheckedToo) {
+  // Host-side address ranges: nothing is read, so device pointers (here placeholders) are compared the same way.
+  DecodeProblem p = shared_case().problem();
+  for (TensorView* t : {&p.q, &p.kv.pages, &p.block_table, &p.seq_lens, &p.out, &p.lse}) t->device = Device::cuda(0);
+  Status s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  p.out.data = p.q.data;
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "q", p.q, "outputs must not alias inputs"));
+}
+
+TEST(AliasRules, OnlyNonEmptyRangesOnOneDeviceOverlap) {
+  std::vector<float> buf(64);
+  const TensorView a = TensorView::contiguous(buf.data(), DType::kFP32, {4, 8});
+  const TensorView b = TensorView::contiguous(buf.data() + 8, DType::kFP32, {2, 8});
+  EXPECT_FALSE(check::disjoint(check::operand(a, "a"), check::operand(b, "b"), "r").ok());
+  TensorView b_gpu = b;
+  b_gpu.device = Device::cuda(0);  // the same numbers on another device are other memory
+  EXPECT_TRUE(check::disjoint(check::operand(a, "a"), check::operand(b_gpu, "b"), "r").ok());
+  TensorView empty = b;
+  empty.shape[0] = 0;  // no element: spans nothing, whatever its pointer
+  EXPECT_TRUE(check::disjoint(check::operand(a, "a"), check::operand(empty, "b"), "r").ok());
+  EXPECT_TRUE(check::disjoint(check::operand(a, "a"), check::operand(TensorView{}, "b"), "r").ok());
+  // Negative strides: the range runs below the data pointer.
+  const TensorView reversed = TensorView::strided(buf.data() + 56, DType::kFP32, {8, 8}, {-8, 1});  // rows upside down
+  const check::ByteRange r = check::byte_range(reversed);
+  EXPECT_EQ(r.begin, reinterpret_cast<uintptr_t>(buf.data()));
+  EXPECT_EQ(r.end, reinterpret_cast<uintptr_t>(buf.data() + 64));
+}
 
 // Contents of host-resident integer tensors are checked too (on the CPU only; see docs/spec.md section 9).
 TEST(DecodeValidationContents, SeqLenBeyondTable) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "mlakit/problems.h"
@@ -192,6 +194,8 @@ TEST(AppendKvValidation, Rules) {
       {"QScale", [](auto& p, Arena&) { p.q_scale_value = INFINITY; },
        "q_scale_value=inf: must be finite and > 0 (used when q_scale is null)"},
       {"QWidth", [](auto& p, Arena&) { p.q.shape[2] = 8; }, "q.shape[2]=8: must equal d_qk = d_c + d_r=12"},
+      {"UnknownRopeStyle", [](auto& p, Arena&) { p.rope_style = RopeStyle(2); },
+       "rope_style=2: must be interleaved (0) or neox (1)"},
   });
 }
 
@@ -212,6 +216,7 @@ TEST(RopeValidation, Rules) {
       {"PositionPastTable", [](auto&, Arena& a) { a.i64[0] = 6; }, "positions[0]=6: must be in [0, 5] (rows of cos_sin)"},
       {"StridedTable", [](auto& p, Arena&) { p.cos_sin.stride[0] = 8; }, "cos_sin.stride[0]=8: must be d_r (contiguous)"},
       {"IntX", [](auto& p, Arena&) { p.x.dtype = DType::kInt32; }, "x.dtype=int32: must be one of bf16, fp16, fp32"},
+      {"UnknownStyle", [](auto& p, Arena&) { p.style = RopeStyle(7); }, "style=7: must be interleaved (0) or neox (1)"},
   });
 }
 
@@ -240,6 +245,184 @@ TEST(GatherKvValidation, Rules) {
       {"PagePadding", [](auto&, Arena& a) { a.i32[2] = -1; },
        "block_table[1][0]=-1: must be in [0, 2] (a page of the cache, used by seq_lens[1])"},
   });
+}
+
+// ---- outputs that overlap inputs (docs/spec.md section 9), and the in-place forms that stay allowed ----
+
+/// "[begin, end)" of a view with non-negative strides, as validate() prints it.
+std::string span(const TensorView& t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.stride[i];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t end = begin + uintptr_t((last + 1) * int64_t(dtype_size(t.dtype)));
+  char text[64];
+  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
+                static_cast<unsigned long long>(end));
+  return text;
+}
+
+std::string overlap(const std::string& out, const TensorView& a, const std::string& in, const TensorView& b,
+                    const std::string& rule = "outputs must not alias inputs") {
+  return out + ": overlaps " + in + " (bytes " + span(a) + " and " + span(b) + "): " + rule;
+}
+
+template <typename Problem>
+void expect_ok(const Problem& p) {
+  const Status s = p.validate();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(AliasValidation, SparseDecode) {
+  Arena a;
+  SparseDecodeProblem p = make_sparse(a);
+  p.out.data = a.i32.data();  // over the indices (all ids stay valid: the check is by address, not by value)
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "indices", p.indices));
+  p = make_sparse(a);
+  p.lse.data = a.f32.data() + 2;  // over attn_sink's last head
+  EXPECT_EQ(p.validate().message(), overlap("lse", p.lse, "attn_sink", p.attn_sink));
+  p = make_sparse(a);
+  p.lse.data = static_cast<uint8_t*>(p.out.data) + p.out.numel() * 2;  // lse right after out: adjacent, allowed
+  expect_ok(p);
+}
+
+TEST(AliasValidation, Prefill) {
+  Arena a;
+  PrefillProblem p = make_prefill(a);
+  p.out.data = a.h16b.data() + 80;  // into k's last head
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "k", p.k));
+  p = make_prefill(a);
+  p.lse.data = a.i32.data();
+  EXPECT_EQ(p.validate().message(), overlap("lse", p.lse, "cu_seqlens_q", p.cu_seqlens_q));
+  p = make_prefill(a);
+  p.out.data = a.h16.data() + 3 * 2 * 6;  // right after q
+  expect_ok(p);
+}
+
+TEST(AliasValidation, MergeInPlaceIsExactlyPartZero) {
+  Arena a;
+  MergeProblem p = make_merge(a);
+  p.out = TensorView::contiguous(a.f32.data(), DType::kFP32, {4, 5});  // part 0 of parts_out: in place
+  p.lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {4});    // part 0 of parts_lse
+  expect_ok(p);
+  const std::string in_place = "outputs must not alias inputs (in place: out is exactly part 0 of parts_out)";
+  MergeProblem q = p;
+  q.out.data = a.f32.data() + 20;  // part 1: not the in-place form
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "parts_out", q.parts_out, in_place));
+  q = p;
+  q.out.dtype = DType::kBF16;  // part 0's address but another dtype: elements would be written before they are read
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "parts_out", q.parts_out, in_place));
+  q = p;
+  q.out.stride[0] = 6;  // part 0's address, other strides
+  q.out.data = a.f32.data();
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "parts_out", q.parts_out, in_place));
+  q = p;
+  q.lse.data = a.f32b.data() + 1;
+  EXPECT_EQ(q.validate().message(),
+            overlap("lse", q.lse, "parts_lse", q.parts_lse,
+                    "outputs must not alias inputs (in place: lse is exactly part 0 of parts_lse)"));
+  q = p;
+  q.lse.data = a.f32.data() + 3;  // lse inside part 0 of parts_out, which out (in place) also is
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "lse", q.lse, "outputs must not alias each other"));
+  q = make_merge(a);
+  q.out.data = a.f32b.data() + 4;  // bf16 out over parts_lse
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "parts_lse", q.parts_lse));
+}
+
+TEST(AliasValidation, EmptyTensorsNeverOverlap) {
+  Arena a;
+  MergeProblem p = make_merge(a);  // no rows: nothing is read or written, whatever the pointers
+  p.parts_out.shape[1] = 0;
+  p.parts_lse.shape[1] = 0;
+  p.out.shape[0] = 0;
+  p.lse.shape[0] = 0;
+  p.out.data = a.f32.data() + 7;
+  p.lse.data = a.f32b.data() + 1;
+  expect_ok(p);
+}
+
+TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
+  Arena a;
+  MergePairProblem p = make_pair(a);  // in place into a: allowed
+  expect_ok(p);
+  MergePairProblem q = p;
+  q.out = q.out_b;  // in place into b: allowed too (the CUDA merge tests run it)
+  q.lse = q.lse_b;
+  expect_ok(q);
+  q = p;
+  q.out.data = a.f32.data() + 5;  // a shifted by one row
+  EXPECT_EQ(q.validate().message(),
+            overlap("out", q.out, "out_a", q.out_a,
+                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
+  q = p;
+  q.out = TensorView::strided(a.f32.data() + 64, DType::kFP32, {4, 5}, {4, 1});  // out_b's address, other strides
+  EXPECT_EQ(q.validate().message(),
+            overlap("out", q.out, "out_b", q.out_b,
+                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
+  q = p;
+  q.lse = TensorView::contiguous(a.f32b.data() + 65, DType::kFP32, {4});  // lse_b shifted by one
+  EXPECT_EQ(q.validate().message(),
+            overlap("lse", q.lse, "lse_b", q.lse_b,
+                    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)"));
+  q = p;
+  q.lse = TensorView::contiguous(a.f32.data() + 10, DType::kFP32, {4});  // inside out (== out_a): outputs collide
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "lse", q.lse, "outputs must not alias each other"));
+}
+
+TEST(AliasValidation, AppendKv) {
+  Arena a;
+  AppendKvProblem p = make_append(a);
+  p.q_fp8.data = reinterpret_cast<uint8_t*>(a.h16b.data()) + 8;  // inside q, which fused RoPE writes
+  EXPECT_EQ(p.validate().message(), overlap("q", p.q, "q_fp8", p.q_fp8, "outputs must not alias each other"));
+  p = make_append(a);
+  p.q.data = a.h16.data() + 512;  // q over k_pe: q is rotated in place, k_pe read
+  EXPECT_EQ(p.validate().message(), overlap("q", p.q, "k_pe", p.k_pe));
+  p = make_append(a);
+  p.cache.pages.data = a.h16.data();  // the cache over kv_c
+  EXPECT_EQ(p.validate().message(), overlap("cache.pages", p.cache.pages, "kv_c", p.kv_c));
+  p = make_append(a);
+  p.cache.pages.data = a.i64b.data();  // the cache over positions
+  EXPECT_EQ(p.validate().message(), overlap("cache.pages", p.cache.pages, "positions", p.positions));
+
+  // Without fused RoPE q is only read (for q_fp8): it may share memory with other inputs, not with q_fp8.
+  p = make_append(a);
+  p.positions = {};
+  p.cos_sin = {};
+  p.q.data = a.h16.data() + 512;  // over k_pe: two inputs
+  expect_ok(p);
+  p.q_fp8.data = reinterpret_cast<uint8_t*>(a.h16.data() + 512);
+  EXPECT_EQ(p.validate().message(), overlap("q_fp8", p.q_fp8, "k_pe", p.k_pe));
+
+  // kv_c and k_pe as column ranges of one [T, d_c + d_r] tensor (vLLM's kv_a output): inputs may overlap.
+  p = make_append(a);
+  p.kv_c = TensorView::strided(a.h16.data(), DType::kBF16, {3, kSmall.d_c}, {kSmall.d_qk(), 1});
+  p.k_pe = TensorView::strided(a.h16.data() + kSmall.d_c, DType::kBF16, {3, kSmall.d_r}, {kSmall.d_qk(), 1});
+  expect_ok(p);
+}
+
+TEST(AliasValidation, RopeIsInPlaceOverItsOwnTensorOnly) {
+  Arena a;
+  RopeProblem p = make_rope(a);
+  expect_ok(p);  // x is both read and written: in place by definition
+  p.x.data = a.f32b.data() + 8;
+  EXPECT_EQ(p.validate().message(), overlap("x", p.x, "cos_sin", p.cos_sin));
+  p = make_rope(a);
+  p.x = TensorView::contiguous(a.i64.data(), DType::kFP32, {2, 3, 4});
+  EXPECT_EQ(p.validate().message(), overlap("x", p.x, "positions", p.positions));
+}
+
+TEST(AliasValidation, GatherKv) {
+  Arena a;
+  GatherKvProblem p = make_gather(a);
+  p.out.data = a.i32b.data();  // over seq_lens and cu_out
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "seq_lens", p.seq_lens));
+  p = make_gather(a);
+  p.out.data = a.cache.data() + a.cache.size() - 2;  // out's first element over the cache's last two bytes
+  EXPECT_EQ(p.validate().message(), overlap("out", p.out, "cache.pages", p.cache.pages));
+  p = make_gather(a);
+  std::vector<uint8_t> both(a.cache.size() + 8 * kSmall.d_qk() * 2);
+  p.cache.pages.data = both.data();
+  p.out.data = both.data() + a.cache.size();  // out starts right after the cache
+  expect_ok(p);
 }
 
 }  // namespace

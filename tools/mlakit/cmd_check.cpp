@@ -7,6 +7,7 @@
 #include "args.h"
 #include "commands.h"
 #include "decode_spec.h"
+#include "device_memory.h"
 #include "mlakit/registry.h"
 
 namespace mlakit::cli {
@@ -19,10 +20,6 @@ constexpr const char* kHelp = R"(usage: mlakit check [options]
   --backend NAME     ask for one backend instead of automatic selection
 Nothing is allocated on the device and nothing runs: only validation and each backend's supports().
 )";
-
-// Stand-in address for device tensors: validate() and supports() never dereference device memory.
-// 256-byte aligned, like any cudaMalloc result.
-void* const kUnreadDeviceAddress = reinterpret_cast<void*>(uintptr_t(1) << 20);
 
 }  // namespace
 
@@ -46,33 +43,41 @@ int cmd_check(int argc, char** argv) {
   }
   const DecodeSpec& spec = specs[0];
   const Device dev = device == "cpu" ? Device::cpu() : Device::cuda(0);
-  const MlaDims dims{};
+  const auto reject = [&](const Status& why) {
+    std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
+    std::printf("rejected: %s\n", why.to_string().c_str());
+    return 1;
+  };
 
-  // Integer inputs are real host memory on the CPU (validate() reads them there); the rest is never read.
-  const int64_t p = spec.page_size > 0 ? spec.page_size : 1;
-  const int64_t pages_per_req = std::max<int64_t>(1, (spec.ctx + p - 1) / p);
-  const int64_t b = std::max<int64_t>(spec.batch, 0);
-  std::vector<int32_t> table(size_t(b * pages_per_req)), lens(size_t(b), int32_t(spec.ctx));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-  void* any = kUnreadDeviceAddress;
-  DecodeProblem pr;
-  pr.q = TensorView::contiguous(any, DType::kBF16, {spec.batch, spec.s_q, spec.h_q, dims.d_qk()}, dev);
-  pr.kv = KvCacheView::contiguous(any, spec.format, std::max<int64_t>(1, b * pages_per_req), spec.page_size, dims, dev);
-  pr.kv.kv_scale_value = 1.0f;
-  pr.block_table = TensorView::contiguous(dev.is_cpu() ? table.data() : any, DType::kInt32, {spec.batch, pages_per_req}, dev);
-  pr.seq_lens = TensorView::contiguous(dev.is_cpu() ? lens.data() : any, DType::kInt32, {spec.batch}, dev);
-  pr.out = TensorView::contiguous(any, DType::kBF16, {spec.batch, spec.s_q, spec.h_q, dims.d_v()}, dev);
-  pr.lse = TensorView::contiguous(any, DType::kFP32, {spec.batch, spec.s_q, spec.h_q}, dev);
-  pr.softmax_scale = spec.softmax_scale;
-  pr.causal = spec.causal;
+  // The whole description is validated before anything is allocated (sizes, int32 limits, validate()'s shapes).
+  DecodeLayout layout;
+  if (Status v = check_decode_spec(spec, &layout); !v.ok()) return reject(v);
+
+  // Only the integer inputs are real memory, on the CPU alone (validate() reads them there): b lengths, and one
+  // row of page ids 0..ceil(L/P)-1 that every request reads (row stride 0), not b rows. The other buffers sit at
+  // distinct addresses nothing reads.
+  std::vector<int32_t> table_row, lens;
+  DecodeBuffers buffers = placeholder_buffers();
+  if (dev.is_cpu()) {
+    Status a = host_allocation("block_table (host)", size_t(layout.pages_per_req) * 4,
+                               [&] { table_row.resize(size_t(layout.pages_per_req)); });
+    if (a.ok()) a = host_allocation("seq_lens (host)", size_t(layout.lens_bytes),
+                                    [&] { lens.assign(size_t(spec.batch), int32_t(spec.ctx)); });
+    if (!a.ok()) {
+      std::fprintf(stderr, "%s\n", a.message().c_str());
+      return 1;
+    }
+    for (size_t i = 0; i < table_row.size(); ++i) table_row[i] = int32_t(i);
+    buffers.block_table = table_row.data();
+    buffers.seq_lens = lens.data();
+  }
+  DecodeProblem pr = make_decode_problem(spec, layout, buffers, dev);
+  if (dev.is_cpu()) pr.block_table.stride[0] = 0;
 
   const Registry registry = make_default_registry();
   const Selection sel = registry.select(pr, Preference{args.get("backend", "")});
+  if (!sel.backend && sel.passed_over.empty()) return reject(sel.status);  // invalid: no backend was asked
   std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
-  if (!sel.backend && sel.passed_over.empty()) {  // the call itself is invalid: no backend was asked
-    std::printf("rejected: %s\n", sel.status.to_string().c_str());
-    return 1;
-  }
   std::printf("%s", sel.explain().c_str());
   return sel.backend ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 // DeviceMemory for the CPU reference: plain host allocations and a steady clock.
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -19,7 +20,10 @@ class CpuMemory final : public DeviceMemory {
  public:
   Device device() const override { return Device::cpu(); }
   Stream stream() const override { return nullptr; }
-  void* alloc(size_t bytes) override { return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+  void* alloc(size_t bytes) override {  // null on failure, never an exception (Buffer reports the bytes)
+    if (bytes > SIZE_MAX - kAlign) return nullptr;  // rounding up to the alignment would wrap
+    return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  }
   void release(void* p) override { std::free(p); }
   Status upload(void* dst, const void* src, size_t bytes) override { return copy(dst, src, bytes); }
   Status download(void* dst, const void* src, size_t bytes) override { return copy(dst, src, bytes); }
@@ -41,8 +45,8 @@ class CpuMemory final : public DeviceMemory {
     return {};
   }
   Status flush_cache() override {
-    flush_.assign(kFlushBytes, uint8_t(flush_.empty() ? 1 : flush_[0] + 1));
-    return {};
+    return host_allocation("cache flush buffer", kFlushBytes,
+                           [&] { flush_.assign(kFlushBytes, uint8_t(flush_.empty() ? 1 : flush_[0] + 1)); });
   }
   Status time_ms(const std::function<Status()>& body, double* ms) override {
     const auto t0 = std::chrono::steady_clock::now();

@@ -1,8 +1,8 @@
 #include "decode_spec.h"
 
 #include <algorithm>
-
-#include "mlakit/problems.h"
+#include <climits>
+#include <cstdint>
 
 namespace mlakit::cli {
 namespace {
@@ -22,7 +22,63 @@ DecodeSpec make(int64_t b, int64_t s_q, int64_t ctx, int64_t h_q, double flashml
   return s;
 }
 
+void* placeholder(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 58); }
+
 }  // namespace
+
+DecodeBuffers placeholder_buffers() {
+  return {placeholder(1), placeholder(6), placeholder(2), placeholder(3), placeholder(4), placeholder(5)};
+}
+
+Status check_decode_spec(const DecodeSpec& spec, DecodeLayout* layout) {
+  // What validate() cannot see: the views carry L and the page ids as int32.
+  if (spec.ctx < 0 || spec.ctx > INT32_MAX) {
+    return Status::invalid("ctx=" + std::to_string(spec.ctx) + ": must be in [0, 2147483647] (seq_lens are int32)");
+  }
+  DecodeLayout l;
+  const int64_t p = std::max<int64_t>(spec.page_size, 1);  // validate() names a page size < 1 below
+  const int64_t b = std::max<int64_t>(spec.batch, 0);      // and a batch < 1
+  l.pages_per_req = std::max<int64_t>(1, spec.ctx / p + (spec.ctx % p != 0));
+  int64_t pages = 0;
+  const bool overflow = __builtin_mul_overflow(b, l.pages_per_req, &pages);
+  if (overflow || pages > INT32_MAX) {
+    const std::string value = overflow ? std::to_string(b) + " * " + std::to_string(l.pages_per_req) : std::to_string(pages);
+    return Status::invalid("num_pages=" + value + ": must be <= 2147483647 (b * ceil(L / P) = " + std::to_string(b) +
+                           " * " + std::to_string(l.pages_per_req) + ", every request its own pages; block_table "
+                           "holds int32 page ids)");
+  }
+  l.num_pages = std::max<int64_t>(1, pages);
+
+  // validate() before anything exists: placeholders labelled device memory, whose contents it never reads.
+  MLAKIT_TRY(make_decode_problem(spec, l, placeholder_buffers(), Device::cuda(0)).validate());
+
+  // validate() bounded b, s_q, h_q and P: every count below fits in 64 bits with room to spare.
+  const int64_t rows = b * spec.s_q * spec.h_q;
+  l.q_bytes = rows * kDims.d_qk() * 2;
+  l.out_bytes = rows * kDims.d_v() * 2;
+  l.lse_bytes = rows * 4;
+  l.cache_bytes = l.num_pages * p * kv_row_bytes(spec.format, kDims.d_c, kDims.d_r);
+  l.table_bytes = b * l.pages_per_req * 4;
+  l.lens_bytes = b * 4;
+  *layout = l;
+  return {};
+}
+
+DecodeProblem make_decode_problem(const DecodeSpec& spec, const DecodeLayout& l, const DecodeBuffers& buf,
+                                  Device dev) {
+  const int64_t b = spec.batch, s_q = spec.s_q, h_q = spec.h_q;
+  DecodeProblem pr;
+  pr.q = TensorView::contiguous(buf.q, DType::kBF16, {b, s_q, h_q, kDims.d_qk()}, dev);
+  pr.kv = KvCacheView::contiguous(buf.cache, spec.format, l.num_pages, spec.page_size, kDims, dev);
+  pr.kv.kv_scale_value = 1.0f;
+  pr.block_table = TensorView::contiguous(buf.block_table, DType::kInt32, {b, l.pages_per_req}, dev);
+  pr.seq_lens = TensorView::contiguous(buf.seq_lens, DType::kInt32, {b}, dev);
+  pr.out = TensorView::contiguous(buf.out, DType::kBF16, {b, s_q, h_q, kDims.d_v()}, dev);
+  pr.lse = TensorView::contiguous(buf.lse, DType::kFP32, {b, s_q, h_q}, dev);
+  pr.softmax_scale = spec.softmax_scale;
+  pr.causal = spec.causal;
+  return pr;
+}
 
 std::string DecodeSpec::describe() const {
   return "b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) + " L=" + std::to_string(ctx) +

@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "mlakit/kv_format.h"
+#include "mlakit/problems.h"
 
 namespace mlakit::cli {
 
@@ -50,5 +51,41 @@ Status apply_overrides(const Args& args, std::vector<DecodeSpec>* specs);
 const std::set<std::string>& decode_options();
 
 Status parse_kv_format(const std::string& name, KvFormat* out);
+
+/// The buffers of the decode call a spec describes, laid out as the bench allocates them: every request owns
+/// ceil(L / P) pages of its own.
+struct DecodeLayout {
+  int64_t pages_per_req = 1;  // ceil(L / P), at least 1
+  int64_t num_pages = 1;      // b * pages_per_req, at least 1
+  int64_t q_bytes = 0, cache_bytes = 0, table_bytes = 0, lens_bytes = 0, out_bytes = 0, lse_bytes = 0;
+};
+
+/// Checks the decode call `spec` describes before anything is allocated, then gives its layout:
+///  - first what validate() cannot see in the views built from it: L must fit the int32 seq_lens and the
+///    b * ceil(L / P) page ids the int32 block_table ("ctx=99999999999: must be in [0, 2147483647] (...)");
+///  - then validate() itself, on the problem with every buffer at a placeholder address and labelled device
+///    memory, where validate() checks shapes, dtypes and strides and reads no contents.
+/// On success every byte count of the layout fits in 64 bits (validate() bounded b, s_q, h_q and P).
+Status check_decode_spec(const DecodeSpec& spec, DecodeLayout* layout);
+
+/// The buffers a decode problem is built over (device or host pointers, or placeholders nothing reads).
+struct DecodeBuffers {
+  void* q = nullptr;
+  void* cache = nullptr;
+  void* block_table = nullptr;
+  void* seq_lens = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+};
+
+/// Distinct addresses, never dereferenced, for buffers that are described but not allocated (validate() and
+/// supports() read no device memory, nor float data on the CPU): 2^58 bytes apart, more than any buffer of a
+/// valid call, the cache last (it is the largest), all 256-byte aligned like a cudaMalloc result.
+DecodeBuffers placeholder_buffers();
+
+/// The decode problem of `spec` over `buffers` laid out as `layout` says (contiguous tensors, DeepSeek
+/// geometry, kv_scale_value 1).
+DecodeProblem make_decode_problem(const DecodeSpec& spec, const DecodeLayout& layout, const DecodeBuffers& buffers,
+                                  Device device);
 
 }  // namespace mlakit::cli

@@ -40,7 +40,9 @@ Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, 
   std::iota(table.begin(), table.end(), 0);
   const int32_t len = int32_t(rows);
   const int32_t cu[2] = {0, len};
-  std::vector<uint16_t> values(size_t(rows) * size_t(kDims.d_qk()));
+  std::vector<uint16_t> values;
+  const size_t count = size_t(rows) * size_t(kDims.d_qk());
+  MLAKIT_TRY(host_allocation("gathered rows (host)", count * 2, [&] { values.resize(count); }));
   GatherKvProblem g;
   g.cache = KvCacheView::contiguous(const_cast<void*>(cache), format, pages, page_size, kDims);
   g.cache.kv_scale_value = kBenchKvScale;
@@ -67,48 +69,43 @@ Status DecodeWorkload::allocate(Buffer* buf, size_t bytes, const char* what) {
 
 Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_t seed,
                               std::unique_ptr<DecodeWorkload>* out) {
+  // Everything the spec describes is checked before the first byte is allocated.
+  DecodeLayout l;
+  MLAKIT_TRY(check_decode_spec(spec, &l));
   std::unique_ptr<DecodeWorkload> w(new DecodeWorkload(spec, mem));
-  const int64_t b = spec.batch, s_q = spec.s_q, h_q = spec.h_q, p = spec.page_size;
-  w->pages_per_req_ = std::max<int64_t>(1, (spec.ctx + p - 1) / p);
-  const int64_t num_pages = b * w->pages_per_req_;
-  const int64_t row_bytes = kv_row_bytes(spec.format, kDims.d_c, kDims.d_r);
-  const int64_t q_elems = b * s_q * h_q * kDims.d_qk();
-  const int64_t out_elems = b * s_q * h_q * kDims.d_v();
+  w->pages_per_req_ = l.pages_per_req;
+  const int64_t b = spec.batch, p = spec.page_size, num_pages = l.num_pages;
 
-  MLAKIT_TRY(w->allocate(&w->q_, size_t(q_elems) * 2, "q"));
-  MLAKIT_TRY(w->allocate(&w->cache_, size_t(num_pages * p * row_bytes), "kv cache"));
-  MLAKIT_TRY(w->allocate(&w->block_table_, size_t(num_pages) * 4, "block_table"));
-  MLAKIT_TRY(w->allocate(&w->seq_lens_, size_t(b) * 4, "seq_lens"));
-  MLAKIT_TRY(w->allocate(&w->out_, size_t(out_elems) * 2, "out"));
-  MLAKIT_TRY(w->allocate(&w->lse_, size_t(b * s_q * h_q) * 4, "lse"));
+  MLAKIT_TRY(w->allocate(&w->q_, size_t(l.q_bytes), "q"));
+  MLAKIT_TRY(w->allocate(&w->cache_, size_t(l.cache_bytes), "kv cache"));
+  MLAKIT_TRY(w->allocate(&w->block_table_, size_t(l.table_bytes), "block_table"));
+  MLAKIT_TRY(w->allocate(&w->seq_lens_, size_t(l.lens_bytes), "seq_lens"));
+  MLAKIT_TRY(w->allocate(&w->out_, size_t(l.out_bytes), "out"));
+  MLAKIT_TRY(w->allocate(&w->lse_, size_t(l.lse_bytes), "lse"));
   MLAKIT_TRY(w->allocate(&w->kv_scale_, sizeof(float), "kv_scale"));
 
-  MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), q_elems, seed));
+  MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), l.q_bytes / 2, seed));
   MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages * p, spec.format, kDims.d_c, kDims.d_r, seed + 1));
   MLAKIT_TRY(mem->fill_bytes(w->out_.get(), kPoisonByte, w->out_.bytes()));
   MLAKIT_TRY(mem->fill_bytes(w->lse_.get(), kPoisonByte, w->lse_.bytes()));
 
   // Every request owns distinct pages, in shuffled order (as a long-running server's allocator leaves them).
-  w->block_table_host_.resize(size_t(num_pages));
+  std::vector<int32_t> lens;
+  MLAKIT_TRY(host_allocation("block_table (host)", size_t(l.table_bytes), [&] {
+    w->block_table_host_.resize(size_t(num_pages));
+  }));
+  MLAKIT_TRY(host_allocation("seq_lens (host)", size_t(l.lens_bytes), [&] { lens.assign(size_t(b), int32_t(spec.ctx)); }));
   std::iota(w->block_table_host_.begin(), w->block_table_host_.end(), 0);
   std::shuffle(w->block_table_host_.begin(), w->block_table_host_.end(), std::mt19937_64(seed + 2));
   MLAKIT_TRY(mem->upload(w->block_table_.get(), w->block_table_host_.data(), w->block_table_.bytes()));
-  const std::vector<int32_t> lens(size_t(b), int32_t(spec.ctx));
   MLAKIT_TRY(mem->upload(w->seq_lens_.get(), lens.data(), w->seq_lens_.bytes()));
   const float scale = kBenchKvScale;
   MLAKIT_TRY(mem->upload(w->kv_scale_.get(), &scale, sizeof scale));
 
-  const Device dev = mem->device();
-  DecodeProblem& pr = w->problem_;
-  pr.q = TensorView::contiguous(w->q_.get(), DType::kBF16, {b, s_q, h_q, kDims.d_qk()}, dev);
-  pr.kv = KvCacheView::contiguous(w->cache_.get(), spec.format, num_pages, p, kDims, dev);
-  if (spec.format == KvFormat::kFP8E4M3) pr.kv.kv_scale = static_cast<const float*>(w->kv_scale_.get());
-  pr.block_table = TensorView::contiguous(w->block_table_.get(), DType::kInt32, {b, w->pages_per_req_}, dev);
-  pr.seq_lens = TensorView::contiguous(w->seq_lens_.get(), DType::kInt32, {b}, dev);
-  pr.out = TensorView::contiguous(w->out_.get(), DType::kBF16, {b, s_q, h_q, kDims.d_v()}, dev);
-  pr.lse = TensorView::contiguous(w->lse_.get(), DType::kFP32, {b, s_q, h_q}, dev);
-  pr.softmax_scale = spec.softmax_scale;
-  pr.causal = spec.causal;
+  const DecodeBuffers buffers{w->q_.get(), w->cache_.get(), w->block_table_.get(),
+                              w->seq_lens_.get(), w->out_.get(), w->lse_.get()};
+  w->problem_ = make_decode_problem(spec, l, buffers, mem->device());
+  if (spec.format == KvFormat::kFP8E4M3) w->problem_.kv.kv_scale = static_cast<const float*>(w->kv_scale_.get());
   *out = std::move(w);
   return {};
 }
@@ -122,7 +119,9 @@ Status DecodeWorkload::check_sample(const Backend& reference, SampleCheck* resul
   *result = SampleCheck{};
   for (int64_t r : sample) {
     // One request, copied to the host with its pages renumbered 0..n-1.
-    std::vector<uint8_t> pages(size_t(pages_per_req_ * page_bytes));
+    std::vector<uint8_t> pages;
+    const size_t pages_bytes = size_t(pages_per_req_ * page_bytes);
+    MLAKIT_TRY(host_allocation("sampled request's pages (host)", pages_bytes, [&] { pages.resize(pages_bytes); }));
     for (int64_t i = 0; i < pages_per_req_; ++i) {
       const int64_t page = block_table_host_[size_t(r * pages_per_req_ + i)];
       MLAKIT_TRY(mem_->download(pages.data() + i * page_bytes,

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "mlakit/kv_format.h"
 #include "mlakit/status.h"
@@ -77,6 +80,20 @@ inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>&
       },
       &device_ms));
   *us = host_us / calls;
+  return {};
+}
+
+/// Runs `allocate` (which allocates host memory, e.g. sizes a std::vector) and turns its failure into
+/// "what bytes=N: allocation failed on cpu" instead of an exception.
+template <typename Fn>
+Status host_allocation(const std::string& what, size_t bytes, Fn&& allocate) {
+  try {
+    allocate();
+  } catch (const std::bad_alloc&) {
+    return Status::invalid(what + " bytes=" + std::to_string(bytes) + ": allocation failed on cpu");
+  } catch (const std::length_error&) {
+    return Status::invalid(what + " bytes=" + std::to_string(bytes) + ": allocation failed on cpu");
+  }
   return {};
 }
 

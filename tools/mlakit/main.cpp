@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 
 #include "commands.h"
 
@@ -18,9 +20,7 @@ commands:
 Run `mlakit <command> --help` for the options of a command.
 )";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int dispatch(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -31,4 +31,19 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "check")) return mlakit::cli::cmd_check(argc, argv);
   std::fprintf(stderr, "command=%s: unknown; must be one of info, bench, check\n\n%s", cmd, kUsage);
   return 2;
+}
+
+}  // namespace
+
+// The commands check sizes before allocating and report a failed allocation with its byte count; this is the
+// last resort for an allocation they did not foresee: a clear error and status 1, never an abort.
+int main(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "mlakit %s: allocation failed (out of host memory)\n", argc > 1 ? argv[1] : "");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlakit %s: %s\n", argc > 1 ? argv[1] : "", e.what());
+  }
+  return 1;
 }

@@ -1,0 +1,21 @@
+# Runs a command and checks both its exit status and its output (ctest's PASS_REGULAR_EXPRESSION alone ignores
+# the status, so an abort after the right message would pass):
+#   cmake -DEXPECT_STATUS=1 "-DEXPECT_OUTPUT=<regex>" -P expect.cmake <command> [args...]
+set(command "")
+set(first -1)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(first EQUAL -1 AND CMAKE_ARGV${i} STREQUAL "-P")
+    math(EXPR first "${i} + 2")  # the command follows the script's path
+  elseif(NOT first EQUAL -1 AND i GREATER_EQUAL first)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  endif()
+endforeach()
+execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT "${status}" STREQUAL "${EXPECT_STATUS}")
+  message(FATAL_ERROR "exit status ${status}, expected ${EXPECT_STATUS}")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT_OUTPUT}")
+  message(FATAL_ERROR "output does not match: ${EXPECT_OUTPUT}")
+endif()
