@@ -71,7 +71,7 @@ std::vector<Preference> cuda_paths(const Registry& registry, const Preference& f
 
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters,
             bool skip_unsupported) {
-  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, {}};
+  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, {}};
   std::unique_ptr<DecodeWorkload> w;
   row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
   if (!row.status.ok()) return row;
