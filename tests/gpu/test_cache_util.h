@@ -64,17 +64,18 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-/// The cuda backend of the default registry, or null (with the reason) when it cannot run here.
-inline const Backend* cuda_backend(std::string* why_not) {
+/// The CUDA backend `name` ("cuda" by default) of the default registry, or null (with the reason) when it
+/// cannot run here (no such backend in this build, no device, not this device's architecture).
+inline const Backend* cuda_backend(std::string* why_not, const std::string& name = "cuda") {
   static const Registry registry = make_default_registry();
-  const Backend* b = registry.get("cuda");
+  const Backend* b = registry.get(name);
   if (b == nullptr) {
-    *why_not = "no 'cuda' backend in this build";
+    *why_not = "no '" + name + "' backend in this build";
     return nullptr;
   }
   const Status available = b->available();
   if (!available.ok()) {
-    *why_not = "cuda backend unavailable: " + available.to_string();
+    *why_not = name + " backend unavailable: " + available.to_string();
     return nullptr;
   }
   return b;

@@ -33,31 +33,10 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 /// The CUDA sparse decode paths every test runs against.
 const std::vector<std::string> kSparseBackends = {"cuda", "cuda_sm90"};
 
-/// The named backend when it can run here, else null with the reason.
-const Backend* sparse_backend(const std::string& name, std::string* why_not) {
-  static const Registry registry = make_default_registry();
-  const Backend* b = registry.get(name);
-  if (b == nullptr) {
-    *why_not = "no '" + name + "' backend in this build";
-    return nullptr;
-  }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    *why_not = "no CUDA device";
-    return nullptr;
-  }
-  const Status available = b->available();
-  if (!available.ok()) {
-    *why_not = name + ": " + available.to_string();
-    return nullptr;
-  }
-  return b;
-}
-
 /// The backend named by the test parameter, or skip the calling test with the reason.
 #define SPARSE_BACKEND_OR_SKIP(be, name)                  \
   std::string why_not_;                                   \
-  const Backend* be = sparse_backend(name, &why_not_);    \
+  const Backend* be = cuda_backend(&why_not_, name);      \
   if (be == nullptr) GTEST_SKIP() << why_not_;
 
 /// A sparse case's buffers on the device, outputs and workspace poisoned.
@@ -424,7 +403,7 @@ TEST_P(SparseSupports, RefusesWhatItDoesNotImplement) {
 // ---- selection: the Hopper path for 16-bit caches on sm_90, the portable one (with the reason) for fp8 ----
 TEST(SparseSelection, HopperPathChosenWhereItRunsAndSaysWhyNotForFp8) {
   std::string why_not;
-  if (sparse_backend("cuda_sm90", &why_not) == nullptr) GTEST_SKIP() << why_not;
+  if (cuda_backend(&why_not, "cuda_sm90") == nullptr) GTEST_SKIP() << why_not;
   static const Registry registry = make_default_registry();
   for (KvFormat format : {KvFormat::kBF16, KvFormat::kFP8DsMla}) {
     SparseCaseConfig cfg;

@@ -17,20 +17,9 @@ constexpr int64_t kPromptLength = 4096;   // append --rope: positions of consecu
 constexpr uint8_t kCachePattern = 0x5a;   // append: bytes outside the written rows must keep it
 constexpr uint64_t kSeed = 4242;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-Status allocate(DeviceMemory* mem, Buffer* buf, size_t bytes, const char* what) {
-  *buf = Buffer(mem, bytes);
-  if (!buf->ok()) return Status::invalid(std::string(what) + " bytes=" + std::to_string(bytes) + ": allocation failed");
-  return {};
-}
-
 template <typename T>
 Status upload_vector(DeviceMemory* mem, Buffer* buf, const std::vector<T>& v, const char* what) {
-  MLAKIT_TRY(allocate(mem, buf, v.size() * sizeof(T), what));
+  MLAKIT_TRY(allocate_buffer(mem, buf, v.size() * sizeof(T), what));
   return mem->upload(buf->get(), v.data(), v.size() * sizeof(T));
 }
 
@@ -69,9 +58,9 @@ Status bench_append(const CacheBenchSpec& s, const Registry& registry, const Pre
   const float kv_scale = kBenchKvScale;
 
   Buffer kv_c, k_pe, cache, slot_buf, pos_buf, table_buf, scale_buf;
-  MLAKIT_TRY(allocate(mem, &kv_c, size_t(t * kDims.d_c) * 2, "kv_c"));
-  MLAKIT_TRY(allocate(mem, &k_pe, size_t(t * kDims.d_r) * 2, "k_pe"));
-  MLAKIT_TRY(allocate(mem, &cache, cache_bytes, "kv cache"));
+  MLAKIT_TRY(allocate_buffer(mem, &kv_c, size_t(t * kDims.d_c) * 2, "kv_c"));
+  MLAKIT_TRY(allocate_buffer(mem, &k_pe, size_t(t * kDims.d_r) * 2, "k_pe"));
+  MLAKIT_TRY(allocate_buffer(mem, &cache, cache_bytes, "kv cache"));
   MLAKIT_TRY(mem->fill_random_bf16(kv_c.get(), t * kDims.d_c, kSeed + 1));
   MLAKIT_TRY(mem->fill_random_bf16(k_pe.get(), t * kDims.d_r, kSeed + 2));
   MLAKIT_TRY(mem->fill_bytes(cache.get(), kCachePattern, cache_bytes));
@@ -131,8 +120,8 @@ Status bench_gather(const CacheBenchSpec& s, const Registry& registry, const Pre
   for (int64_t i = 0; i <= b; ++i) cu[size_t(i)] = int32_t(i * len);
 
   Buffer cache, out, table_buf, lens_buf, cu_buf, scale_buf;
-  MLAKIT_TRY(allocate(mem, &cache, size_t(num_pages * p * row_bytes), "kv cache"));
-  MLAKIT_TRY(allocate(mem, &out, size_t(total * d_qk) * 2, "out"));
+  MLAKIT_TRY(allocate_buffer(mem, &cache, size_t(num_pages * p * row_bytes), "kv cache"));
+  MLAKIT_TRY(allocate_buffer(mem, &out, size_t(total * d_qk) * 2, "out"));
   MLAKIT_TRY(mem->fill_random_cache(cache.get(), num_pages * p, s.format, kDims.d_c, kDims.d_r, kSeed));
   MLAKIT_TRY(upload_vector(mem, &table_buf, table, "block_table"));
   MLAKIT_TRY(upload_vector(mem, &lens_buf, lens, "seq_lens"));

@@ -54,11 +54,6 @@ struct Row {
   SampleCheck check;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 /// Every CUDA backend the device can run, as a named preference each (`fallback` when there is none).
 std::vector<Preference> cuda_paths(const Registry& registry, const Preference& fallback) {
   std::vector<Preference> paths;

@@ -58,15 +58,6 @@ Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, 
   return {};
 }
 
-Status DecodeWorkload::allocate(Buffer* buf, size_t bytes, const char* what) {
-  *buf = Buffer(mem_, bytes);
-  if (!buf->ok()) {
-    return Status::invalid(std::string(what) + " bytes=" + std::to_string(bytes) + ": allocation failed on " +
-                           device_name(mem_->device()));
-  }
-  return {};
-}
-
 Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_t seed,
                               std::unique_ptr<DecodeWorkload>* out) {
   // Everything the spec describes is checked before the first byte is allocated.
@@ -76,13 +67,13 @@ Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_
   w->pages_per_req_ = l.pages_per_req;
   const int64_t b = spec.batch, p = spec.page_size, num_pages = l.num_pages;
 
-  MLAKIT_TRY(w->allocate(&w->q_, size_t(l.q_bytes), "q"));
-  MLAKIT_TRY(w->allocate(&w->cache_, size_t(l.cache_bytes), "kv cache"));
-  MLAKIT_TRY(w->allocate(&w->block_table_, size_t(l.table_bytes), "block_table"));
-  MLAKIT_TRY(w->allocate(&w->seq_lens_, size_t(l.lens_bytes), "seq_lens"));
-  MLAKIT_TRY(w->allocate(&w->out_, size_t(l.out_bytes), "out"));
-  MLAKIT_TRY(w->allocate(&w->lse_, size_t(l.lse_bytes), "lse"));
-  MLAKIT_TRY(w->allocate(&w->kv_scale_, sizeof(float), "kv_scale"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->q_, size_t(l.q_bytes), "q"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->cache_, size_t(l.cache_bytes), "kv cache"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->block_table_, size_t(l.table_bytes), "block_table"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->seq_lens_, size_t(l.lens_bytes), "seq_lens"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->out_, size_t(l.out_bytes), "out"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->lse_, size_t(l.lse_bytes), "lse"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->kv_scale_, sizeof(float), "kv_scale"));
 
   MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), l.q_bytes / 2, seed));
   MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages * p, spec.format, kDims.d_c, kDims.d_r, seed + 1));

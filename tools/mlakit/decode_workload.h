@@ -42,7 +42,6 @@ class DecodeWorkload {
 
  private:
   DecodeWorkload(const DecodeSpec& spec, DeviceMemory* mem) : spec_(spec), mem_(mem) {}
-  Status allocate(Buffer* buf, size_t bytes, const char* what);
 
   DecodeSpec spec_;
   DeviceMemory* mem_;

@@ -2,6 +2,7 @@
 // Where a benchmark's buffers live and how it is timed: host memory for the CPU reference, CUDA memory
 // and events for GPU backends. The CLI's workload code is written once against this interface.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "mlakit/kv_format.h"
 #include "mlakit/status.h"
@@ -64,6 +66,22 @@ class Buffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+/// A Buffer of `bytes` on `mem` into *buf, or "what bytes=N: allocation failed on <device>".
+inline Status allocate_buffer(DeviceMemory* mem, Buffer* buf, size_t bytes, const char* what) {
+  *buf = Buffer(mem, bytes);
+  if (!buf->ok()) {
+    return Status::invalid(std::string(what) + " bytes=" + std::to_string(bytes) + ": allocation failed on " +
+                           device_name(mem->device()));
+  }
+  return {};
+}
+
+/// Median of repeated timings (the mean of the middle two for an even count).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 /// Host microseconds per call of `call` (issue 11): `calls` calls enqueued back to back with no synchronisation
 /// between them, timed by the host's steady clock; the device is synchronised afterwards (by time_ms), outside

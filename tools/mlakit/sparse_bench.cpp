@@ -32,15 +32,6 @@ struct SparseWorkload {
   SparseDecodeProblem problem;
 };
 
-Status alloc(DeviceMemory* mem, Buffer* buf, size_t bytes, const char* what) {
-  *buf = Buffer(mem, bytes);
-  if (!buf->ok()) {
-    return Status::invalid(std::string(what) + " bytes=" + std::to_string(bytes) + ": allocation failed on " +
-                           device_name(mem->device()));
-  }
-  return {};
-}
-
 /// First row of the context that query token (b, i) indexes.
 int64_t ctx_base(const SparseBenchSpec& s, int64_t b) { return s.shared_ctx ? 0 : b * s.ctx; }
 
@@ -50,12 +41,12 @@ Status create(const SparseBenchSpec& spec, DeviceMemory* mem, SparseWorkload* w)
   const int64_t num_pages = (rows + p - 1) / p;
   const int64_t row_bytes = kv_row_bytes(spec.format, kDims.d_c, kDims.d_r);
   const int64_t q_elems = b * s_q * h_q * kDims.d_qk(), out_elems = b * s_q * h_q * kDims.d_v();
-  MLAKIT_TRY(alloc(mem, &w->q, size_t(q_elems) * 2, "q"));
-  MLAKIT_TRY(alloc(mem, &w->cache, size_t(num_pages * p * row_bytes), "kv cache"));
-  MLAKIT_TRY(alloc(mem, &w->indices, size_t(b * s_q * spec.topk) * 4, "indices"));
-  MLAKIT_TRY(alloc(mem, &w->out, size_t(out_elems) * 2, "out"));
-  MLAKIT_TRY(alloc(mem, &w->lse, size_t(b * s_q * h_q) * 4, "lse"));
-  MLAKIT_TRY(alloc(mem, &w->kv_scale, sizeof(float), "kv_scale"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->q, size_t(q_elems) * 2, "q"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->cache, size_t(num_pages * p * row_bytes), "kv cache"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->indices, size_t(b * s_q * spec.topk) * 4, "indices"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->out, size_t(out_elems) * 2, "out"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->lse, size_t(b * s_q * h_q) * 4, "lse"));
+  MLAKIT_TRY(allocate_buffer(mem, &w->kv_scale, sizeof(float), "kv_scale"));
   MLAKIT_TRY(mem->fill_random_bf16(w->q.get(), q_elems, kSeed));
   MLAKIT_TRY(mem->fill_random_cache(w->cache.get(), num_pages * p, spec.format, kDims.d_c, kDims.d_r, kSeed + 1));
   MLAKIT_TRY(mem->fill_bytes(w->out.get(), kPoisonByte, w->out.bytes()));
@@ -127,11 +118,6 @@ Status check_sample(const SparseBenchSpec& spec, const SparseWorkload& w, Device
     compare_sample(out, ref, lse, ref_lse, vmax, result);
   }
   return {};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace

@@ -168,10 +168,6 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) 
   MLAKIT_TRY(on_device(p.indices, "indices"));
   MLAKIT_TRY(on_device(p.topk_length, "topk_length"));
   MLAKIT_TRY(on_device(p.attn_sink, "attn_sink"));
-  if (p.kv.page_size() > INT32_MAX) {
-    return Status::not_supported("kv.page_size=" + std::to_string(p.kv.page_size()) + ": " + path +
-                                 " locates rows with 32-bit ids, so page_size must be <= " + std::to_string(INT32_MAX));
-  }
   if (sparse_requests(p) > INT32_MAX) {
     return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
                                  " schedules each query token as one request, at most " + std::to_string(INT32_MAX));
