@@ -28,6 +28,7 @@
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/decode/sm80/config.h"
+#include "cuda/decode/smxx/dequant.cuh"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
 
@@ -56,46 +57,18 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, 
     const int ch = c % kOutChunks;
     const uint8_t* row = raw + tok * RawRow<kKind>::kStride;
     uint4 o;
-    uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
     if constexpr (kKind == KvKind::kE4M3) {
-      const uint2 in = *reinterpret_cast<const uint2*>(row + ch * kVec16);
-      const uint32_t w[2] = {in.x, in.y};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
-        if constexpr (kBf16) {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-          ov[k] = pack_float2<true>(f.x, f.y);  // exact: e4m3 values are bf16 values
-        } else {
-          ov[k] = h;
-        }
-      }
+      o = e4m3x8_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16));
     } else {  // kDsMla
-      constexpr int kLatentChunks = ds_mla::kDimC / kVec16;           // 64
-      constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;    // 16
+      constexpr int kLatentChunks = ds_mla::kDimC / kVec16;         // 64
+      constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;  // 16
       if (ch < kLatentChunks) {
-        const uint2 in = *reinterpret_cast<const uint2*>(row + ds_mla::kQuantOffset + ch * kVec16);
         const float s = *reinterpret_cast<const float*>(row + ds_mla::kScaleOffset +
                                                         (ch / kChunksPerGroup) * int(sizeof(float)));
-        const uint32_t w[2] = {in.x, in.y};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-          ov[k] = pack_float2<kBf16>(f.x * s, f.y * s);
-        }
+        o = e4m3x8_scaled_to<kBf16>(*reinterpret_cast<const uint2*>(row + ds_mla::kQuantOffset + ch * kVec16), s);
       } else {
-        const uint4 in = *reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + (ch - kLatentChunks) * kChunk);
-        if constexpr (kBf16) {
-          o = in;
-        } else {
-          const uint32_t iv[4] = {in.x, in.y, in.z, in.w};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&iv[k]));
-            ov[k] = pack_float2<false>(f.x, f.y);
-          }
-        }
+        o = bf16x8_to<kBf16>(
+            *reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + (ch - kLatentChunks) * kChunk));
       }
     }
     *reinterpret_cast<uint4*>(tile + tok * kSmemRowBytes + ch * kChunk) = o;
@@ -205,12 +178,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     auto row_offset = [&](int32_t tile) -> int64_t {
       const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
       if (lane >= kLoadTok || t >= kv_hi) return -1;
-      if constexpr (kSparse) {
-        return sparse_row_offset(p, r, t, len);
-      } else {
-        const int32_t page = p.block_table[int64_t(r) * p.block_table_stride + (t >> p.page_shift)];
-        return int64_t(page) * p.page_stride_bytes + (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
-      }
+      return kv_row_offset<kSparse>(p, r, t, len);
     };
     auto load_tile = [&](int stage, int64_t lane_off) {
       if constexpr (kSparse) {

@@ -55,6 +55,24 @@ __device__ inline int64_t sparse_row_offset(const DecodeParams& p, int32_t r, in
   return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
 }
 
+/// Dense decode: byte offset in the pool of token t of request r, found through the block table, or -1 when t is
+/// at or past the request's length (never dereferenced).
+__device__ inline int64_t dense_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+  if (t >= len) return -1;
+  const int32_t page = p.block_table[int64_t(r) * p.block_table_stride + (t >> p.page_shift)];
+  return int64_t(page) * p.page_stride_bytes + (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
+}
+
+/// The byte offset of KV token (dense) or index column (sparse) t of plan request r, or -1 for no row.
+template <bool kSparse>
+__device__ inline int64_t kv_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+  if constexpr (kSparse) {
+    return sparse_row_offset(p, r, t, len);
+  } else {
+    return dense_row_offset(p, r, t, len);
+  }
+}
+
 /// Sparse decode: whether index column t of plan request r names a row, the test of sparse_row_offset without the
 /// address. Written without early returns, so that a warp stays converged through it (the Hopper consumers
 /// ballot on it right before a bar.sync, which needs the whole warp).

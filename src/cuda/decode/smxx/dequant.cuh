@@ -1,0 +1,74 @@
+#pragma once
+// Dequantisation of fp8 cache values into q's 16-bit type, shared by every decode kernel family (sm80/ converts
+// in shared memory, sm90/ in its producer's registers), so that both round the same way (docs/spec.md section 4):
+//   fp8_e4m3:   e4m3 -> q's type exactly (every e4m3 value is a bf16 and an fp16 value); the per-cache scale is
+//               not applied here but folded into tau and the output by the kernels;
+//   fp8_ds_mla: e4m3 x its group's fp32 scale, multiplied in fp32, then rounded to q's type; the bf16 RoPE part
+//               converted to q's type.
+// Both use the hardware conversions (F2FP: e4m3x2 -> f16x2, two fp32 -> bf16x2). Integer bit moves plus a packed
+// multiply were measured slower on the H100 (the Hopper path's fp8_e4m3 anchor (128, 1, 32768, 16) went from 1.77 to
+// 2.54 ms, 2026-11-23): the Hopper producer is issue-bound, and they take more instructions per value.
+// tests/gpu/test_dequant.cu checks every e4m3 code against numeric.h. Device code only.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+
+namespace mlakit::cuda::decode {
+
+/// 8 e4m3 values (byte k = element k) -> 8 values of q's type, exactly (NaN codes give NaN).
+template <bool kBf16>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 in) {
+  const uint32_t w[2] = {in.x, in.y};
+  uint4 o;
+  uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
+    if constexpr (kBf16) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      ov[k] = pack_float2<true>(f.x, f.y);  // exact
+    } else {
+      ov[k] = h;
+    }
+  }
+  return o;
+}
+
+/// 8 e4m3 values times `scale`, multiplied in fp32 and then rounded to q's type (fp8_ds_mla's latent part).
+template <bool kBf16>
+__device__ __forceinline__ uint4 e4m3x8_scaled_to(uint2 in, float scale) {
+  const uint32_t w[2] = {in.x, in.y};
+  uint4 o;
+  uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    ov[k] = pack_float2<kBf16>(f.x * scale, f.y * scale);
+  }
+  return o;
+}
+
+/// 8 bf16 values -> q's type (fp8_ds_mla's RoPE part): unchanged for bf16, rounded to fp16 otherwise.
+template <bool kBf16>
+__device__ __forceinline__ uint4 bf16x8_to(uint4 in) {
+  if constexpr (kBf16) {
+    return in;
+  } else {
+    const uint32_t iv[4] = {in.x, in.y, in.z, in.w};
+    uint4 o;
+    uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&iv[k]));
+      ov[k] = pack_float2<false>(f.x, f.y);
+    }
+    return o;
+  }
+}
+
+}  // namespace mlakit::cuda::decode
