@@ -31,8 +31,6 @@ Status decode_sm90_supports(const DecodeProblem& p);
 size_t decode_sm90_workspace_bytes(const DecodeProblem& p);
 Status decode_sm90_plan(const DecodeProblem& p, Workspace ws, Stream stream);
 Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream);
-/// "kv.format=...: <path> implements bf16 and fp16 caches so far" for the formats the Hopper kernel lacks.
-Status decode_sm90_check_format(KvFormat format, const char* path);
 
 // decode/sm90: the Hopper sparse decode (issue 9); run includes the device-side plan
 std::vector<Feature> sparse_decode_sm90_features();

@@ -110,10 +110,9 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be) {
   DeviceCase d;
   d.upload(c, scale_on_device);
   const Status sup = be.supports(d.problem);
-  // The one refusal that skips: an fp8 cache on a path that does not implement fp8 yet. Any other refusal,
-  // a 16-bit cache included, fails the test.
-  const bool fp8 = c.config.format == KvFormat::kFP8E4M3 || c.config.format == KvFormat::kFP8DsMla;
-  if (fp8 && sup.code() == StatusCode::kNotSupported && sup.message().rfind("kv.format=", 0) == 0) {
+  // The one refusal that skips: the Hopper path leaves fp8 caches with <= 16 query rows per request to the portable
+  // one (DecodeSelection checks that rule); any other refusal, of any format, fails the test.
+  if (sup.code() == StatusCode::kNotSupported && sup.message().find("query rows per request") != std::string::npos) {
     GTEST_SKIP() << be.name() << ": " << sup.message();
   }
   ASSERT_TRUE(sup.ok()) << sup.to_string();
@@ -448,10 +447,13 @@ TEST(DecodeSelection, HopperPathChosenOnlyWhereItRuns) {
   cfg.seq_lens = {70, 3};
   DecodeCase bf16 = DecodeCase::generate(cfg);
   cfg.format = KvFormat::kFP8E4M3;
-  DecodeCase fp8 = DecodeCase::generate(cfg);
-  DeviceCase d16, d8;
+  DecodeCase fp8 = DecodeCase::generate(cfg);  // 16 query rows per request
+  cfg.s_q = 2;
+  DecodeCase fp8_32 = DecodeCase::generate(cfg);  // 32
+  DeviceCase d16, d8, d8_32;
   d16.upload(bf16, true);
   d8.upload(fp8, true);
+  d8_32.upload(fp8_32, true);
   auto reason_for = [](const Selection& sel, const std::string& name) {
     for (const Rejection& r : sel.passed_over)
       if (r.backend == name) return r.reason;
@@ -459,16 +461,22 @@ TEST(DecodeSelection, HopperPathChosenOnlyWhereItRuns) {
   };
   const Selection s16 = registry.select(d16.problem);
   const Selection s8 = registry.select(d8.problem);
+  const Selection s8_32 = registry.select(d8_32.problem);
   ASSERT_NE(s16.backend, nullptr) << s16.explain();
   ASSERT_NE(s8.backend, nullptr) << s8.explain();
+  ASSERT_NE(s8_32.backend, nullptr) << s8_32.explain();
   EXPECT_EQ(s8.backend->name(), "cuda") << s8.explain();
   if (hopper.available().ok()) {
     EXPECT_EQ(s16.backend->name(), "cuda_sm90") << s16.explain();
     EXPECT_EQ(reason_for(s16, "cuda"), "lower priority than 'cuda_sm90'");
-    EXPECT_NE(reason_for(s8, "cuda_sm90").find("kv.format=fp8_e4m3"), std::string::npos) << s8.explain();
+    // fp8 from 17 query rows per request on the Hopper path; up to 16 on the portable one, with the reason.
+    EXPECT_EQ(s8_32.backend->name(), "cuda_sm90") << s8_32.explain();
+    EXPECT_NE(reason_for(s8, "cuda_sm90").find("kv.format=fp8_e4m3 with 16 query rows per request"), std::string::npos)
+        << s8.explain();
   } else {
     // Not a Hopper GPU: the portable path runs, the Hopper one says why not, and naming it is an error.
     EXPECT_EQ(s16.backend->name(), "cuda") << s16.explain();
+    EXPECT_EQ(s8_32.backend->name(), "cuda") << s8_32.explain();
     EXPECT_NE(reason_for(s16, "cuda_sm90").find("not available"), std::string::npos) << s16.explain();
     const Selection named = registry.select(d16.problem, Preference{"cuda_sm90"});
     EXPECT_EQ(named.backend, nullptr);

@@ -1,7 +1,8 @@
 // One test per wrapper of src/cuda/common/ptx_sm90.cuh, against plain host loops: the 128-byte swizzle
 // and the wgmma descriptors (K-major Q.K^T-like products, MN-major P.V-like products with P from shared
 // memory and from registers), the accumulator layout, TMA boxes of a paged cache (through the project's
-// own tensor-map encoder) completing on an mbarrier, and cp.async completing on an mbarrier.
+// own tensor-map encoder) completing on an mbarrier, cp.async completing on an mbarrier, and the L2 bulk
+// prefetch.
 // Compiled for sm_90a only; skipped on other devices.
 
 #include <cuda_bf16.h>
@@ -163,6 +164,15 @@ __global__ void cp_async_kernel(const uint4* src, uint4* dst, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = buf[i];
 }
 
+// bulk_prefetch_l2 of n rows of `row_bytes` (656: fp8_ds_mla rows, 16-byte aligned but not 128), then a copy of
+// the same rows: the prefetch has no result of its own; the test shows it is accepted at those addresses and
+// sizes (no fault: a bad operand is an illegal-instruction or misaligned-address error) and leaves memory as it was.
+__global__ void prefetch_kernel(const uint8_t* src, uint8_t* dst, int rows, int row_bytes) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) bulk_prefetch_l2(src + int64_t(r) * row_bytes, row_bytes);
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * row_bytes; i += blockDim.x) dst[i] = src[i];
+}
+
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -294,6 +304,23 @@ TEST(PtxSm90, CpAsyncCompletesOnMbarrier) {
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint32_t> got(src.size());
   CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, src);
+  cudaFree(ds);
+  cudaFree(dd);
+}
+
+TEST(PtxSm90, BulkPrefetchOfUnalignedRowsLeavesMemory) {
+  SKIP_UNLESS_HOPPER();
+  constexpr int kRows = 97, kRowBytes = 656;
+  std::vector<uint8_t> src(size_t(kRows) * kRowBytes);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 131u + 7u);
+  uint8_t* ds = device_copy(src);
+  uint8_t* dd = nullptr;
+  CUDA_OK(cudaMalloc(&dd, src.size()));
+  prefetch_kernel<<<1, 128>>>(ds, dd, kRows, kRowBytes);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> got(src.size());
+  CUDA_OK(cudaMemcpy(got.data(), dd, got.size(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(got, src);
   cudaFree(ds);
   cudaFree(dd);

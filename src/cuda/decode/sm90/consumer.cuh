@@ -90,7 +90,7 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-template <bool kBf16, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
                                              int row_block, int me) {
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
@@ -99,7 +99,10 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
   const int gid = lane / 4;
   const int tig = lane % 4;
   const int rloc[2] = {warp * 16 + gid, warp * 16 + gid + 8};  // this thread's rows in the 64-row block
-  const float scale_log2 = p.softmax_scale * kLog2e;
+  // fp8_e4m3: K and V were dequantised without the per-cache scale, which multiplies S (here) and O (epilogue).
+  float kv_scale = 1.0f;
+  if constexpr (kKind == KvKind::kE4M3) kv_scale = p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
+  const float scale_log2 = p.softmax_scale * kv_scale * kLog2e;
   const uint32_t v_half = uint32_t(me) * kVHalfChunks * kChunkBytes;  // this consumer's V columns
 
   float o[128];
@@ -128,7 +131,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
     // Which tiles the producer copied row by row (its rule): every tile without TMA, and a partial last one.
-    auto by_rows = [&](int32_t j) { return !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len; };
+    auto by_rows = [&](int32_t j) {
+      return kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
+    };
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
     if (int(g0 & 1) == me) issue_qk<kBf16>(s, sm, g0, me, by_rows(0));
@@ -257,7 +262,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       const float lse = empty ? -INFINITY : (m[k] + log2f(l_tot)) * kLn2;
       const int i = mrow / p.h_q;
       const int h = mrow % p.h_q;
-      float inv = empty ? 0.0f : 1.0f / l_tot;
+      float inv = empty ? 0.0f : kv_scale / l_tot;
       if constexpr (kSparse) {
         if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
       }

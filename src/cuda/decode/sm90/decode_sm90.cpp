@@ -34,9 +34,10 @@ Status partitions_for(const DecodeProblem& p, int64_t* g) {
 
 std::vector<Feature> decode_sm90_features() {
   return {{OpKind::kDecode,
-           "kv=bf16 (q bf16), fp16 (q fp16); d_c=512, d_r=64; P=1,16,32,64,128 (TMA for P>=16); h_q=1..128; s_q=1..8 "
-           "causal|non-causal; any b incl. L=0; wgmma + warp-specialised TMA pipeline; device-side split-KV plan; "
-           "sm_90a"}};
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16; fp8 from h_q x s_q >= 17); "
+           "d_c=512, d_r=64; P=1,16,32,64,128 (TMA for 16-bit caches with P>=16; fp8 dequantised by the producer); "
+           "h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; wgmma + warp-specialised pipeline; device-side "
+           "split-KV plan; sm_90a"}};
 }
 
 Status decode_sm90_available() {
@@ -52,15 +53,7 @@ Status decode_sm90_available() {
 
 Status decode_sm90_supports(const DecodeProblem& p) {
   MLAKIT_TRY(decode::check_decode_common(p, kPath));
-  return decode_sm90_check_format(p.kv.format, kPath);
-}
-
-Status decode_sm90_check_format(KvFormat format, const char* path) {
-  if (format != KvFormat::kBF16 && format != KvFormat::kFP16) {
-    return Status::not_supported(std::string("kv.format=") + kv_format_name(format) + ": " + path +
-                                 " implements bf16 and fp16 caches so far (the portable 'cuda' backend serves fp8)");
-  }
-  return {};
+  return decode::sm90::check_fp8_rows(p.kv.format, decode::query_rows(p), kPath);
 }
 
 size_t decode_sm90_workspace_bytes(const DecodeProblem& p) {
@@ -80,10 +73,12 @@ Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   int64_t g = 0;
   MLAKIT_TRY(partitions_for(p, &g));
   const decode::DecodeParams d = decode::make_params(p, ws, g);
+  const decode::KvKind kind = decode::kv_kind(p.kv.format);
   CUtensorMap map{};
-  const bool tma = p.kv.page_size() >= kMinTmaPage && decode::sm90::encode_kv_tensor_map(p.kv, &map).ok();
-  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, /*sparse=*/false, map, tma, decode::query_rows(p),
-                                   static_cast<cudaStream_t>(stream));
+  const bool tma = kind == decode::KvKind::k16Bit && p.kv.page_size() >= kMinTmaPage &&
+                   decode::sm90::encode_kv_tensor_map(p.kv, &map).ok();
+  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, kind, /*sparse=*/false, map, tma,
+                                   decode::query_rows(p), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace mlakit::cuda

@@ -3,6 +3,7 @@
 #include "cuda/decode/sm90/host_sm90.h"
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/launch.h"
@@ -20,18 +21,43 @@ Status partitions_for(int64_t rows, int64_t* g) {
   return {};
 }
 
-Status launch_sm90(const DecodeParams& d, bool bf16, bool sparse, const CUtensorMap& map, bool use_tma,
+namespace {
+
+template <bool kSparse>
+Status launch_kernel(const DecodeParams& d, bool bf16, KvKind kind, const CUtensorMap& map, bool use_tma, int rb,
+                     cudaStream_t stream) {
+  const bool tma = use_tma && !kSparse;  // only dense 16-bit tiles come by TMA
+  switch (kind) {
+    case KvKind::k16Bit:
+      return bf16 ? launch_decode_kernel<true, KvKind::k16Bit, kSparse>(d, map, tma, rb, stream, true)
+                  : launch_decode_kernel<false, KvKind::k16Bit, kSparse>(d, map, tma, rb, stream, true);
+    case KvKind::kE4M3:
+      return bf16 ? launch_decode_kernel<true, KvKind::kE4M3, kSparse>(d, map, false, rb, stream, true)
+                  : launch_decode_kernel<false, KvKind::kE4M3, kSparse>(d, map, false, rb, stream, true);
+    case KvKind::kDsMla:
+      return bf16 ? launch_decode_kernel<true, KvKind::kDsMla, kSparse>(d, map, false, rb, stream, true)
+                  : launch_decode_kernel<false, KvKind::kDsMla, kSparse>(d, map, false, rb, stream, true);
+  }
+  return Status::internal("decode: unknown kv kind");
+}
+
+}  // namespace
+
+Status check_fp8_rows(KvFormat format, int64_t rows, const char* path) {
+  if ((format == KvFormat::kFP8E4M3 || format == KvFormat::kFP8DsMla) && rows < kFp8MinRows) {
+    return Status::not_supported(std::string("kv.format=") + kv_format_name(format) + " with " + std::to_string(rows) +
+                                 " query rows per request: " + path + " serves fp8 caches from " +
+                                 std::to_string(kFp8MinRows) +
+                                 " rows up (below, the portable 'cuda' kernel is faster: docs/performance.md)");
+  }
+  return {};
+}
+
+Status launch_sm90(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, const CUtensorMap& map, bool use_tma,
                    int64_t rows, cudaStream_t stream) {
   const int rb = int(row_blocks_for(rows));
-  Status st;
-  if (sparse) {
-    st = bf16 ? launch_decode_kernel<true, true>(d, map, false, rb, stream, true)
-              : launch_decode_kernel<false, true>(d, map, false, rb, stream, true);
-  } else {
-    st = bf16 ? launch_decode_kernel<true, false>(d, map, use_tma, rb, stream, true)
-              : launch_decode_kernel<false, false>(d, map, use_tma, rb, stream, true);
-  }
-  MLAKIT_TRY(st);
+  MLAKIT_TRY(sparse ? launch_kernel<true>(d, bf16, kind, map, use_tma, rb, stream)
+                    : launch_kernel<false>(d, bf16, kind, map, use_tma, rb, stream));
   return launch_combine(d, bf16, stream, true);
 }
 

@@ -22,8 +22,9 @@ inline constexpr int kSmemAlloc = SmemLayout::total + 1024;
 static_assert(kSmemAlloc <= 227 * 1024);
 
 /// Grid: (row blocks of 64 query rows, plan partitions). `kv_map` describes the cache for TMA when
-/// use_tma is set (pages of >= 16 tokens); otherwise every tile is copied row by row.
-template <bool kBf16, bool kSparse>
+/// use_tma is set (16-bit caches with pages of >= 16 tokens); otherwise every tile is copied row by row, and fp8
+/// rows (kKind) are dequantised by the producer on the way.
+template <bool kBf16, KvKind kKind, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -49,10 +50,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer<kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
+    run_producer<kBf16, kKind, kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
+    run_consumer<kBf16, kKind, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
   }
 }
 

@@ -10,10 +10,10 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-template <bool kBf16, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse>
 Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
                             cudaStream_t stream, bool pdl) {
-  auto kernel = decode_kernel<kBf16, kSparse>;
+  auto kernel = decode_kernel<kBf16, kKind, kSparse>;
   MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemAlloc));
   PdlLaunch l(dim3(row_blocks, p.partitions), dim3(kThreads), kSmemAlloc, stream, pdl);
   MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, kv_map, int(use_tma)));

@@ -8,6 +8,7 @@
 //     never multiplies a zero probability by the NaN of a page tail.
 //   - Sparse decode: every tile row by row too, each thread from the offsets of its own 4 rows, looked up
 //     once per tile (sparse_row_offset); rows of invalid ids zero-filled.
+//   - fp8 caches: every tile through registers, dequantised on the way (producer_fp8.cuh).
 //   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
 // Completion reaches the consumers through the full barriers (128 arrivals: one per producer thread, the
 // TMA issuer's carrying the byte count); the producer refills a part after its empty barrier completes.
@@ -19,6 +20,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/producer_fp8.cuh"
 #include "cuda/decode/sm90/smem.cuh"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
@@ -126,7 +128,16 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int r
   }
 }
 
+/// Loads the Q block of piece number `piece` of this CTA once the consumers released the previous one.
 template <bool kSparse>
+__device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& sm, int32_t req, int row_block,
+                                            uint32_t piece, int ptid) {
+  mbar_wait(sm.q_empty(), (piece & 1) ^ 1);
+  load_q<kSparse>(p, req, row_block, sm.q(), ptid);
+  mbar_arrive_on_cp_async(sm.q_full());
+}
+
+template <bool kBf16, KvKind kKind, bool kSparse>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, int partition, int row_block) {
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
@@ -138,6 +149,11 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       const uint32_t st = g & 1;
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
+      if constexpr (kKind != KvKind::k16Bit) {  // fp8: Q first, since the tile's loads complete in registers
+        if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);
+        load_tile_fp8<kBf16, kKind, kSparse>(p, pc.req, pc.len, t0, j + 1 < pc.n_tiles, sm, st, free_parity, ptid);
+        continue;
+      }
       const bool tma = use_tma && t0 + kBlockN <= pc.len;
       const uint32_t stage = sm.stage(st);
       GatherRows rows{};
@@ -163,11 +179,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
           mbar_arrive_on_cp_async(sm.full(st, part));
         }
       }
-      if (j == 0) {  // Q after the first tile's copies are in flight
-        mbar_wait(sm.q_empty(), (piece & 1) ^ 1);
-        load_q<kSparse>(p, pc.req, row_block, sm.q(), ptid);
-        mbar_arrive_on_cp_async(sm.q_full());
-      }
+      if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);  // the first tile's copies are in flight
     }
     ++piece;
   });

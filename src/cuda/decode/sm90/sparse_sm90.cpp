@@ -22,13 +22,14 @@ constexpr const char* kPath = "cuda_sm90 sparse_decode";
 
 std::vector<Feature> sparse_decode_sm90_features() {
   return {{OpKind::kSparseDecode,
-           "kv=bf16 (q bf16), fp16 (q fp16); d_c=512, d_r=64; any P; h_q=1..128; s_q=1..8; any topk, topk_length, "
-           "attn_sink; ids past the cache skipped; rows gathered by cp.async into the wgmma pipeline; sm_90a"}};
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16; fp8 from h_q >= 17); d_c=512, d_r=64; "
+           "any P; h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink; ids past the cache skipped; 16-bit rows "
+           "gathered by cp.async, fp8 rows dequantised by the producer, into the wgmma pipeline; sm_90a"}};
 }
 
 Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
   MLAKIT_TRY(decode::check_sparse_common(p, kPath));
-  return decode_sm90_check_format(p.kv.format, kPath);
+  return decode::sm90::check_fp8_rows(p.kv.format, p.h_q(), kPath);
 }
 
 size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
@@ -44,7 +45,8 @@ Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream
   MLAKIT_TRY(decode::launch_plan_for(p, ws, g, decode::sm90::kTileShift, s, true));
   const decode::DecodeParams d = decode::make_params(p, ws, g);
   const CUtensorMap unused{};
-  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, /*sparse=*/true, unused, false, p.h_q(), s);
+  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true,
+                                   unused, false, p.h_q(), s);
 }
 
 }  // namespace mlakit::cuda

@@ -4,14 +4,26 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-template <bool kBf16, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse>
 Status launch_decode_kernel(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool) {
   return kernels_loadable();
 }
-template Status launch_decode_kernel<true, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
-template Status launch_decode_kernel<false, false>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
-template Status launch_decode_kernel<true, true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
-template Status launch_decode_kernel<false, true>(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool);
+#define MLAKIT_SM90_STUB(bf16, kind, sparse)                                                                    \
+  template Status launch_decode_kernel<bf16, KvKind::kind, sparse>(const DecodeParams&, const CUtensorMap&, bool, \
+                                                                    int, cudaStream_t, bool);
+MLAKIT_SM90_STUB(true, k16Bit, false)
+MLAKIT_SM90_STUB(false, k16Bit, false)
+MLAKIT_SM90_STUB(true, kE4M3, false)
+MLAKIT_SM90_STUB(false, kE4M3, false)
+MLAKIT_SM90_STUB(true, kDsMla, false)
+MLAKIT_SM90_STUB(false, kDsMla, false)
+MLAKIT_SM90_STUB(true, k16Bit, true)
+MLAKIT_SM90_STUB(false, k16Bit, true)
+MLAKIT_SM90_STUB(true, kE4M3, true)
+MLAKIT_SM90_STUB(false, kE4M3, true)
+MLAKIT_SM90_STUB(true, kDsMla, true)
+MLAKIT_SM90_STUB(false, kDsMla, true)
+#undef MLAKIT_SM90_STUB
 
 Status kernels_loadable() {
   return Status::not_supported("this build has no sm_90a code (configure with MLAKIT_CUDA_ARCHS holding 90a)");

@@ -1,0 +1,7 @@
+// Hopper dense decode kernel, q in fp16, fp8_e4m3 cache.
+#include "cuda/decode/sm90/launch_kernel.cuh"
+
+namespace mlakit::cuda::decode::sm90 {
+template Status launch_decode_kernel<false, KvKind::kE4M3, false>(const DecodeParams&, const CUtensorMap&, bool,
+                                                                  int, cudaStream_t, bool);
+}  // namespace mlakit::cuda::decode::sm90
