@@ -17,10 +17,15 @@ namespace mlakit {
 
 /// Latent geometry (docs/spec.md section 0). DeepSeek-V2/V3/V3.2 and Kimi K2 use 512/64.
 struct MlaDims {
-  int d_c = kDefaultDimC;  ///< latent width (kv_lora_rank); also d_v
+  int d_c = kDefaultDimC;  ///< latent width (kv_lora_rank); also d_v unless v_whole_row
   int d_r = kDefaultDimR;  ///< RoPE width (qk_rope_head_dim)
+  /// DeepSeek V4 (docs/spec.md section 2.1): V is the whole row, RoPE part included, so d_v = d_qk. Sparse
+  /// attention only; dense decode rejects it.
+  bool v_whole_row = false;
   constexpr int d_qk() const { return d_c + d_r; }
-  constexpr int d_v() const { return d_c; }
+  constexpr int d_v() const { return v_whole_row ? d_c + d_r : d_c; }
+  /// DeepSeek V4's geometry: d_c = 448, d_r = 64, d_qk = d_v = 512.
+  static constexpr MlaDims deepseek_v4() { return MlaDims{448, 64, true}; }
   friend bool operator==(const MlaDims&, const MlaDims&) = default;
 };
 
@@ -39,7 +44,8 @@ struct KvCacheView {
   int64_t num_pages() const { return pages.shape[0]; }
   int64_t page_size() const { return pages.shape[1]; }
   int64_t row_bytes() const { return kv_row_bytes(format, dims.d_c, dims.d_r); }
-  /// Builds a view over a contiguous cache of `num_pages` pages.
+  /// Builds a view over a contiguous cache of `num_pages` pages (fp8_ds_v4: pages padded to a multiple of 576
+  /// bytes, ds_v4::packed_page_bytes, as FlashMLA lays them out).
   static KvCacheView contiguous(const void* data, KvFormat format, int64_t num_pages, int64_t page_size,
                                 MlaDims dims = {}, Device device = Device::cpu());
 };
@@ -80,11 +86,18 @@ struct SparseDecodeProblem {
   TensorView out;          ///< dtype of q [b, s_q, h_q, d_v]
   TensorView lse;          ///< optional float32 [b, s_q, h_q]
   float softmax_scale = 0.0f;
+  /// Optional extra cache (DeepSeek V4, docs/spec.md section 2): same format and dims as `kv`, its own page
+  /// size; its valid ids join those of `indices` in one softmax. Present when extra_indices is defined.
+  KvCacheView extra_kv;
+  TensorView extra_indices;      ///< int32 [b, s_q, extra_topk]; negative = no key
+  TensorView extra_topk_length;  ///< optional int32 [b]; columns >= extra_topk_length[b] ignored
 
   int64_t batch() const { return q.shape[0]; }
   int64_t s_q() const { return q.shape[1]; }
   int64_t h_q() const { return q.shape[2]; }
   int64_t topk() const { return indices.shape[2]; }
+  bool has_extra() const { return extra_indices.defined(); }
+  int64_t extra_topk() const { return has_extra() ? extra_indices.shape[2] : 0; }
   Device device() const { return q.device; }
   Status validate() const;
 };

@@ -216,13 +216,16 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
                 PageRule page_rule) {
   const std::string pages = field(name, "pages");
   if (std::string_view(kv_format_name(kv.format)) == "unknown") {
-    return fail(field(name, "format"), int64_t(kv.format), "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla");
+    return fail(field(name, "format"), int64_t(kv.format),
+                "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4");
   }
   MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
+    const bool v4 = kv.format == KvFormat::kFP8DsV4;
     return fail(field(name, "format"), kv_format_name(kv.format),
-                "needs d_c=" + std::to_string(ds_mla::kDimC) + " and d_r=" + std::to_string(ds_mla::kDimR) +
-                    ", got d_c=" + std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r));
+                "needs d_c=" + std::to_string(v4 ? ds_v4::kDimC : ds_mla::kDimC) +
+                    " and d_r=" + std::to_string(v4 ? ds_v4::kDimR : ds_mla::kDimR) + ", got d_c=" +
+                    std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r));
   }
   MLAKIT_TRY(tensor(kv.pages, pages, {DType::kUInt8}, 3, "[num_pages, page_size, row_bytes]"));
   MLAKIT_TRY(same_device(kv.pages, pages, device, anchor));
@@ -239,6 +242,13 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
   MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes,
                  std::string("the row bytes of ") + kv_format_name(kv.format) + " at d_c=" +
                      std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r)));
+  // fp8_ds_v4 places tokens by its page layout (ds_v4 in kv_format.h), not by a row stride: the view must be the
+  // packed [num_pages, P, 584] one FlashMLA passes, so that its strides cannot say something the layout does not.
+  if (kv.format == KvFormat::kFP8DsV4 && p > 1 && kv.pages.stride[1] != row_bytes) {
+    return fail(pages + ".stride[1]", kv.pages.stride[1],
+                "must be " + std::to_string(row_bytes) +
+                    " for fp8_ds_v4 (tokens sit at 576-byte blocks, their scales after the page's last block)");
+  }
   if (p > 1 && kv.pages.stride[1] < row_bytes) {
     return fail(pages + ".stride[1]", kv.pages.stride[1], "must be >= row_bytes=" + std::to_string(row_bytes));
   }

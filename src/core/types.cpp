@@ -24,6 +24,7 @@ const char* kv_format_name(KvFormat f) {
     case KvFormat::kFP16: return "fp16";
     case KvFormat::kFP8E4M3: return "fp8_e4m3";
     case KvFormat::kFP8DsMla: return "fp8_ds_mla";
+    case KvFormat::kFP8DsV4: return "fp8_ds_v4";
   }
   return "unknown";
 }
@@ -95,6 +96,7 @@ KvCacheView KvCacheView::contiguous(const void* data, KvFormat format, int64_t n
   kv.dims = dims;
   kv.pages = TensorView::contiguous(data, DType::kUInt8,
                                     {num_pages, page_size, kv_row_bytes(format, dims.d_c, dims.d_r)}, device);
+  if (format == KvFormat::kFP8DsV4) kv.pages.stride[0] = ds_v4::packed_page_bytes(page_size);  // FlashMLA's padding
   return kv;
 }
 

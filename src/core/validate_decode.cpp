@@ -23,7 +23,8 @@ Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const 
   MLAKIT_TRY(check::tensor(out, "out", {q.dtype}, 4, kOutLayout));
   MLAKIT_TRY(check::same_device(out, "out", dev, "q"));
   for (int d = 0; d < 3; ++d) MLAKIT_TRY(check::dim(out, "out", d, q.shape[d], "q.shape[" + std::to_string(d) + "]"));
-  MLAKIT_TRY(check::dim(out, "out", 3, kv.dims.d_v(), "d_v = d_c"));
+  MLAKIT_TRY(check::dim(out, "out", 3, kv.dims.d_v(),
+                        kv.dims.v_whole_row ? "d_v = d_c + d_r (kv.dims.v_whole_row)" : "d_v = d_c"));
 
   MLAKIT_TRY(check::optional_tensor(lse, "lse", {DType::kFP32}, 3, kLseLayout));
   MLAKIT_TRY(check::same_device(lse, "lse", dev, "q"));
@@ -34,14 +35,44 @@ Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const 
 }
 
 /// The fp8_e4m3 scale the kernels read through kv.kv_scale (other formats never read it).
-check::Operand kv_scale_operand(const KvCacheView& kv) {
-  return check::scalar_operand(kv.format == KvFormat::kFP8E4M3 ? kv.kv_scale : nullptr, "kv.kv_scale", kv.pages.device);
+check::Operand kv_scale_operand(const KvCacheView& kv, const char* name = "kv.kv_scale") {
+  return check::scalar_operand(kv.format == KvFormat::kFP8E4M3 ? kv.kv_scale : nullptr, name, kv.pages.device);
+}
+
+/// Sparse decode: the ids of indices[b][i][0, used) (used = topk_length[b] when given) must be below rows, which
+/// only a host caller can check before running (docs/spec.md section 2). `name` is "indices" or "extra_indices".
+Status check_ids(const TensorView& indices, const TensorView& lengths, int64_t rows, const std::string& name,
+                 const std::string& length_name, const std::string& topk_name) {
+  const int64_t topk = indices.shape[2];
+  for (int64_t bi = 0; bi < indices.shape[0]; ++bi) {
+    int64_t used = topk;  // columns >= topk_length[b] are ignored (docs/spec.md section 2): never checked
+    if (lengths.defined()) {
+      used = lengths.ptr<const int32_t>()[bi * lengths.stride[0]];
+      MLAKIT_TRY(check::range(length_name + "[" + std::to_string(bi) + "]", used, 0, topk, topk_name));
+    }
+    for (int64_t i = 0; i < indices.shape[1]; ++i) {
+      const int32_t* row = indices.ptr<const int32_t>() + bi * indices.stride[0] + i * indices.stride[1];
+      for (int64_t k = 0; k < used; ++k) {
+        if (row[k] >= rows) {
+          return check::fail(name + "[" + std::to_string(bi) + "][" + std::to_string(i) + "][" + std::to_string(k) + "]",
+                             int64_t(row[k]),
+                             "must be < num_pages * page_size=" + std::to_string(rows) + " (negative means no key)");
+        }
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace
 
 Status DecodeProblem::validate() const {
   MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kPowerOfTwo));
+  if (kv.dims.v_whole_row) {
+    return check::fail("kv.dims.v_whole_row", "true",
+                       "dense decode takes V = the first d_c columns (V as the whole row is DeepSeek V4's sparse "
+                       "attention, docs/spec.md section 2.1)");
+  }
   const int64_t b = batch();
   MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 2, "[b, max_pages]"));
   MLAKIT_TRY(check::same_device(block_table, "block_table", q.device, "q"));
@@ -57,6 +88,44 @@ Status DecodeProblem::validate() const {
   return {};
 }
 
+namespace {
+
+/// The extra cache of sparse decode (docs/spec.md section 2): all three fields or none, the same format and dims as
+/// kv, its own page size.
+Status validate_extra(const SparseDecodeProblem& p, Device dev) {
+  const KvCacheView& extra_kv = p.extra_kv;
+  const KvCacheView& kv = p.kv;
+  const TensorView& extra_indices = p.extra_indices;
+  const TensorView& extra_topk_length = p.extra_topk_length;
+  if (!p.has_extra()) {
+    if (extra_kv.pages.defined()) return check::fail("extra_kv.pages", "given", "needs extra_indices");
+    if (extra_topk_length.defined()) return check::fail("extra_topk_length", "given", "needs extra_indices");
+    return {};
+  }
+  MLAKIT_TRY(check::kv_cache(extra_kv, "extra_kv", dev, "q", check::PageRule::kAny));
+  if (extra_kv.format != kv.format) {
+    return check::fail("extra_kv.format", kv_format_name(extra_kv.format),
+                       std::string("must equal kv.format=") + kv_format_name(kv.format) + " (docs/spec.md section 2)");
+  }
+  if (!(extra_kv.dims == kv.dims)) {
+    return check::fail("extra_kv.dims", "d_c=" + std::to_string(extra_kv.dims.d_c) + ", d_r=" +
+                                            std::to_string(extra_kv.dims.d_r) +
+                                            ", v_whole_row=" + std::to_string(extra_kv.dims.v_whole_row),
+                       "must equal kv.dims (one geometry for both caches)");
+  }
+  MLAKIT_TRY(check::tensor(extra_indices, "extra_indices", {DType::kInt32}, 3, "[b, s_q, extra_topk]"));
+  MLAKIT_TRY(check::same_device(extra_indices, "extra_indices", dev, "q"));
+  MLAKIT_TRY(check::dim(extra_indices, "extra_indices", 0, p.batch(), "b"));
+  MLAKIT_TRY(check::dim(extra_indices, "extra_indices", 1, p.s_q(), "s_q"));
+  MLAKIT_TRY(check::range("extra_topk", extra_indices.shape[2], 1, INT32_MAX, "extra_indices.shape[2]"));
+  MLAKIT_TRY(check::optional_tensor(extra_topk_length, "extra_topk_length", {DType::kInt32}, 1, "[b]"));
+  MLAKIT_TRY(check::same_device(extra_topk_length, "extra_topk_length", dev, "q"));
+  if (extra_topk_length.defined()) MLAKIT_TRY(check::dim(extra_topk_length, "extra_topk_length", 0, p.batch(), "b"));
+  return {};
+}
+
+}  // namespace
+
 Status SparseDecodeProblem::validate() const {
   MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kAny));
   const Device dev = q.device;
@@ -71,29 +140,19 @@ Status SparseDecodeProblem::validate() const {
   MLAKIT_TRY(check::optional_tensor(attn_sink, "attn_sink", {DType::kFP32}, 1, "[h_q]"));
   MLAKIT_TRY(check::same_device(attn_sink, "attn_sink", dev, "q"));
   if (attn_sink.defined()) MLAKIT_TRY(check::dim(attn_sink, "attn_sink", 0, h_q(), "h_q"));
+  MLAKIT_TRY(validate_extra(*this, dev));
   MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
                              {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
                               check::operand(indices, "indices"), check::operand(topk_length, "topk_length"),
-                              check::operand(attn_sink, "attn_sink")}));
-
+                              check::operand(attn_sink, "attn_sink"), check::operand(extra_kv.pages, "extra_kv.pages"),
+                              kv_scale_operand(extra_kv, "extra_kv.kv_scale"),
+                              check::operand(extra_indices, "extra_indices"),
+                              check::operand(extra_topk_length, "extra_topk_length")}));
   if (dev.is_cpu()) {
-    const int64_t rows = kv.num_pages() * kv.page_size();
-    for (int64_t bi = 0; bi < batch(); ++bi) {
-      int64_t used = topk();  // columns >= topk_length[b] are ignored (docs/spec.md section 2): never checked
-      if (topk_length.defined()) {
-        used = topk_length.ptr<const int32_t>()[bi * topk_length.stride[0]];
-        MLAKIT_TRY(check::range("topk_length[" + std::to_string(bi) + "]", used, 0, topk(), "topk"));
-      }
-      for (int64_t i = 0; i < s_q(); ++i) {
-        const int32_t* row = indices.ptr<const int32_t>() + bi * indices.stride[0] + i * indices.stride[1];
-        for (int64_t k = 0; k < used; ++k) {
-          if (row[k] >= rows) {
-            return check::fail("indices[" + std::to_string(bi) + "][" + std::to_string(i) + "][" + std::to_string(k) + "]",
-                               int64_t(row[k]),
-                               "must be < num_pages * page_size=" + std::to_string(rows) + " (negative means no key)");
-          }
-        }
-      }
+    MLAKIT_TRY(check_ids(indices, topk_length, kv.num_pages() * kv.page_size(), "indices", "topk_length", "topk"));
+    if (has_extra()) {
+      MLAKIT_TRY(check_ids(extra_indices, extra_topk_length, extra_kv.num_pages() * extra_kv.page_size(),
+                           "extra_indices", "extra_topk_length", "extra_topk"));
     }
   }
   return {};

@@ -97,7 +97,7 @@ Status append_kv(const AppendKvProblem& p) {
       rope_rotate(k_pe, d_r, cos_sin_row(p, t), p.cos_sin.stride[1], p.rope_style);
       for (int64_t i = 0; i < d_r; ++i) k_pe[i] = round_to_dtype(p.k_pe.dtype, k_pe[i]);
     }
-    encode_kv_row(p.cache, row.data(), kv_row_ptr_mut(p.cache, slot / page_size, slot % page_size));
+    encode_kv_token(p.cache, row.data(), slot / page_size, slot % page_size);
   }
 
   if (p.q.defined()) {

@@ -22,7 +22,7 @@ std::vector<float> load_request_rows(const DecodeProblem& p, int64_t b, int64_t 
   std::vector<float> rows(static_cast<size_t>(len * d_qk));
   parallel_for(len, [&](int64_t t) {
     const int64_t page = load_int(p.block_table, offset_of(p.block_table, b, t / page_size));
-    decode_kv_row(p.kv, kv_row_ptr(p.kv, page, t % page_size), rows.data() + t * d_qk);
+    decode_kv_token(p.kv, page, t % page_size, rows.data() + t * d_qk);
   });
   return rows;
 }

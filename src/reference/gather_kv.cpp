@@ -54,7 +54,7 @@ Status gather_kv(const GatherKvProblem& p) {
     std::vector<float> row(static_cast<size_t>(d_qk));
     for (int64_t t = 0; t < len; ++t) {
       const int64_t page = load_int(p.block_table, offset_of(p.block_table, b, t / page_size));
-      decode_kv_row(p.cache, kv_row_ptr(p.cache, page, t % page_size), row.data());
+      decode_kv_token(p.cache, page, t % page_size, row.data());
       for (int64_t i = 0; i < d_qk; ++i) store_float(p.out, offset_of(p.out, begin + t, i), row[size_t(i)]);
     }
   });

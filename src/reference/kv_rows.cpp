@@ -55,7 +55,54 @@ void encode_ds_mla(const float* values, uint8_t* row) {
     store_u16(row + ds_mla::kRopeOffset + 2 * i, float_to_bf16(values[ds_mla::kDimC + i]));
 }
 
+/// fp8_ds_v4 (docs/spec.md section 4): the token block and the scale block of token `row` of a page.
+struct DsV4Token {
+  uint8_t* block;   // 448 e4m3 bytes, then 64 bf16 k_pe
+  uint8_t* scales;  // 7 UE8M0 exponents, then one unused byte
+};
+DsV4Token ds_v4_token(const KvCacheView& cache, int64_t page, int64_t row) {
+  uint8_t* base = static_cast<uint8_t*>(cache.pages.data) + page * cache.pages.stride[0];
+  return {base + row * ds_v4::kTokenBytes,
+          base + cache.page_size() * ds_v4::kTokenBytes + row * ds_v4::kScaleBytes};
+}
+
+void decode_ds_v4(const DsV4Token& t, float* out) {
+  for (int i = 0; i < ds_v4::kDimC; ++i) {
+    const int e = t.scales[i / ds_v4::kGroupSize];
+    out[i] = e4m3_to_float(t.block[i]) * std::ldexp(1.0f, e - ds_v4::kScaleBias);
+  }
+  for (int i = 0; i < ds_v4::kDimR; ++i)
+    out[ds_v4::kDimC + i] = bf16_to_float(load_u16(t.block + ds_v4::kRopeOffset + 2 * i));
+}
+
+/// The writer: per group of 64, the ds_mla rule's power-of-two scale, stored as its biased exponent.
+void encode_ds_v4(const float* values, const DsV4Token& t) {
+  for (int g = 0; g < ds_v4::kNumGroups; ++g) {
+    float amax = 0.0f;
+    for (int i = g * ds_v4::kGroupSize; i < (g + 1) * ds_v4::kGroupSize; ++i) amax = std::fmax(amax, std::fabs(values[i]));
+    const float scale = ds_mla_group_scale(amax);  // a power of two in [2^-14, inf]
+    int e = 0;
+    std::frexp(scale, &e);  // scale = 0.5 * 2^e
+    const int biased = std::isinf(scale) ? 255 : e - 1 + ds_v4::kScaleBias;
+    t.scales[g] = uint8_t(biased);
+    for (int i = g * ds_v4::kGroupSize; i < (g + 1) * ds_v4::kGroupSize; ++i) t.block[i] = float_to_e4m3(values[i] / scale);
+  }
+  t.scales[ds_v4::kNumGroups] = 0;  // the unused byte, written as FlashMLA writes it
+  for (int i = 0; i < ds_v4::kDimR; ++i)
+    store_u16(t.block + ds_v4::kRopeOffset + 2 * i, float_to_bf16(values[ds_v4::kDimC + i]));
+}
+
 }  // namespace
+
+void decode_kv_token(const KvCacheView& cache, int64_t page, int64_t row, float* out) {
+  if (cache.format == KvFormat::kFP8DsV4) return decode_ds_v4(ds_v4_token(cache, page, row), out);
+  decode_kv_row(cache, kv_row_ptr(cache, page, row), out);
+}
+
+void encode_kv_token(const KvCacheView& cache, const float* values, int64_t page, int64_t row) {
+  if (cache.format == KvFormat::kFP8DsV4) return encode_ds_v4(values, ds_v4_token(cache, page, row));
+  encode_kv_row(cache, values, kv_row_ptr_mut(cache, page, row));
+}
 
 float kv_scale_of(const KvCacheView& cache) { return cache.kv_scale ? *cache.kv_scale : cache.kv_scale_value; }
 
@@ -74,6 +121,7 @@ void decode_kv_row(const KvCacheView& cache, const uint8_t* row, float* out) {
       return;
     }
     case KvFormat::kFP8DsMla: decode_ds_mla(row, out); return;
+    case KvFormat::kFP8DsV4: break;  // not a row format: decode_kv_token
   }
 }
 
@@ -92,6 +140,7 @@ void encode_kv_row(const KvCacheView& cache, const float* values, uint8_t* row) 
       return;
     }
     case KvFormat::kFP8DsMla: encode_ds_mla(values, row); return;
+    case KvFormat::kFP8DsV4: break;  // not a row format: encode_kv_token
   }
 }
 

@@ -1,7 +1,9 @@
 // Sparse (top-k) decode, docs/spec.md section 2: query rows (b, i, *) attend to the cache rows listed in
 // indices[b][i][0, topk_length[b]) as global ids page * P + offset. Negative ids are "no key";
 // duplicates count as often as they appear; no causal mask. The optional attention sink scales the
-// normalised output by 1 / (1 + exp(sink_h - LSE)) and leaves LSE unchanged.
+// normalised output by 1 / (1 + exp(sink_h - LSE)) and leaves LSE unchanged. An extra cache (DeepSeek V4) adds
+// the valid ids of extra_indices[b][i][0, extra_topk_length[b]) to the same softmax; with V4's geometry V is the
+// whole row (kv.dims.d_v() = d_qk).
 
 #include <algorithm>
 #include <cmath>
@@ -17,26 +19,43 @@
 namespace mlakit::reference {
 namespace {
 
-/// Columns of indices[b] that count: topk_length[b] when given (clamped to [0, topk]), else topk.
-int64_t used_columns(const SparseDecodeProblem& p, int64_t b) {
-  if (!p.topk_length.defined()) return p.topk();
-  return std::clamp<int64_t>(load_int(p.topk_length, offset_of(p.topk_length, b)), 0, p.topk());
+/// One set of keys: the main cache with indices and topk_length, or the extra cache with its own.
+struct KeySet {
+  const KvCacheView& kv;
+  const TensorView& indices;
+  const TensorView& lengths;  // may be undefined
+  const char* name;           // for messages
+};
+
+std::vector<KeySet> key_sets(const SparseDecodeProblem& p) {
+  std::vector<KeySet> sets{{p.kv, p.indices, p.topk_length, "indices"}};
+  if (p.has_extra()) sets.push_back({p.extra_kv, p.extra_indices, p.extra_topk_length, "extra_indices"});
+  return sets;
+}
+
+/// Columns of a set's indices[b] that count: its length[b] when given (clamped to [0, topk]), else topk.
+int64_t used_columns(const KeySet& s, int64_t b) {
+  const int64_t topk = s.indices.shape[2];
+  if (!s.lengths.defined()) return topk;
+  return std::clamp<int64_t>(load_int(s.lengths, offset_of(s.lengths, b)), 0, topk);
 }
 
 /// The reference reads host memory, so unlike a kernel it can reject ids past the cache before any
 /// output is written.
 Status check_indices(const SparseDecodeProblem& p) {
-  const int64_t num_rows = p.kv.num_pages() * p.kv.page_size();
-  for (int64_t b = 0; b < p.batch(); ++b) {
-    const int64_t used = used_columns(p, b);
-    for (int64_t i = 0; i < p.s_q(); ++i) {
-      for (int64_t k = 0; k < used; ++k) {
-        const int64_t id = load_int(p.indices, offset_of(p.indices, b, i, k));
-        if (id >= num_rows) {
-          return Status::invalid("indices[" + std::to_string(b) + "][" + std::to_string(i) + "][" +
-                                 std::to_string(k) + "]=" + std::to_string(id) +
-                                 ": must be < num_pages * page_size = " + std::to_string(num_rows) +
-                                 " (negative means no key)");
+  for (const KeySet& s : key_sets(p)) {
+    const int64_t num_rows = s.kv.num_pages() * s.kv.page_size();
+    for (int64_t b = 0; b < p.batch(); ++b) {
+      const int64_t used = used_columns(s, b);
+      for (int64_t i = 0; i < p.s_q(); ++i) {
+        for (int64_t k = 0; k < used; ++k) {
+          const int64_t id = load_int(s.indices, offset_of(s.indices, b, i, k));
+          if (id >= num_rows) {
+            return Status::invalid(std::string(s.name) + "[" + std::to_string(b) + "][" + std::to_string(i) + "][" +
+                                   std::to_string(k) + "]=" + std::to_string(id) +
+                                   ": must be < num_pages * page_size = " + std::to_string(num_rows) +
+                                   " (negative means no key)");
+          }
         }
       }
     }
@@ -44,18 +63,26 @@ Status check_indices(const SparseDecodeProblem& p) {
   return {};
 }
 
-/// Dequantised rows of every valid id of indices[b][i], in column order, duplicates kept.
+/// Dequantised rows of every valid id of indices[b][i] (then of extra_indices[b][i]), in column order,
+/// duplicates kept.
 std::vector<float> load_selected_rows(const SparseDecodeProblem& p, int64_t b, int64_t i) {
-  const int64_t d_qk = p.kv.dims.d_qk(), page_size = p.kv.page_size();
-  std::vector<int64_t> ids;
-  for (int64_t k = 0; k < used_columns(p, b); ++k) {
-    const int64_t id = load_int(p.indices, offset_of(p.indices, b, i, k));
-    if (id >= 0) ids.push_back(id);  // SPEC 2 Decision: every negative id is "no key"
+  const int64_t d_qk = p.kv.dims.d_qk();
+  struct Key {
+    const KvCacheView* kv;
+    int64_t id;
+  };
+  std::vector<Key> keys;
+  for (const KeySet& s : key_sets(p)) {
+    for (int64_t k = 0; k < used_columns(s, b); ++k) {
+      const int64_t id = load_int(s.indices, offset_of(s.indices, b, i, k));
+      if (id >= 0) keys.push_back({&s.kv, id});  // SPEC 2 Decision: every negative id is "no key"
+    }
   }
-  std::vector<float> rows(ids.size() * size_t(d_qk));
-  parallel_for(int64_t(ids.size()), [&](int64_t j) {
-    const int64_t id = ids[size_t(j)];
-    decode_kv_row(p.kv, kv_row_ptr(p.kv, id / page_size, id % page_size), rows.data() + j * d_qk);
+  std::vector<float> rows(keys.size() * size_t(d_qk));
+  parallel_for(int64_t(keys.size()), [&](int64_t j) {
+    const Key& key = keys[size_t(j)];
+    const int64_t page_size = key.kv->page_size();
+    decode_kv_token(*key.kv, key.id / page_size, key.id % page_size, rows.data() + j * d_qk);
   });
   return rows;
 }

@@ -16,6 +16,7 @@
 
 #include "common/compare.h"
 #include "common/decode_case.h"
+#include "common/golden.h"
 #include "common/npy.h"
 #include "mlakit/registry.h"
 
@@ -36,43 +37,18 @@ struct GoldenCase {
   float softmax_scale = 0.0f;
 };
 
-/// The text after `"key":` in `object`, or "" when absent.
-std::string field_text(const std::string& object, const std::string& key) {
-  const std::string tag = "\"" + key + "\":";
-  const size_t at = object.find(tag);
-  if (at == std::string::npos) return {};
-  const size_t begin = object.find_first_not_of(" \n\t", at + tag.size());
-  return begin == std::string::npos ? std::string() : object.substr(begin, 64);
-}
-
-std::string string_field(const std::string& object, const std::string& key) {
-  const std::string t = field_text(object, key);
-  if (t.empty() || t[0] != '"') return {};
-  return t.substr(1, t.find('"', 1) - 1);
-}
-
-/// A small scan of manifest.json, which lists one object per case, each starting with "name"; not a
-/// general JSON parser. softmax_scale is DeepSeek-V3's 0.13523378 in every case (README.md), but it is
+/// The cases of manifest.json. softmax_scale is DeepSeek-V3's 0.13523378 in every case (README.md), but it is
 /// read from the manifest so a future case with another scale is honoured.
 std::vector<GoldenCase> read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string json = text.str();
   std::vector<GoldenCase> cases;
-  const std::string name_tag = "\"name\":";
-  for (size_t at = json.find(name_tag); at != std::string::npos;) {
-    const size_t next = json.find(name_tag, at + 1);
-    const std::string object = json.substr(at, next == std::string::npos ? std::string::npos : next - at);
+  for (const std::string& object : test::manifest_cases(path)) {
     GoldenCase c;
-    c.name = string_field(object, "name");
-    c.op = string_field(object, "op");
-    c.causal = field_text(object, "causal").rfind("true", 0) == 0;
-    const std::string page = field_text(object, "page_size"), scale = field_text(object, "softmax_scale");
-    if (!page.empty()) c.page_size = std::strtoll(page.c_str(), nullptr, 10);
-    if (!scale.empty()) c.softmax_scale = std::strtof(scale.c_str(), nullptr);
+    c.name = test::string_field(object, "name");
+    c.op = test::string_field(object, "op");
+    c.causal = test::field_text(object, "causal").rfind("true", 0) == 0;
+    c.page_size = int64_t(test::number_field(object, "page_size", double(kMissing)));
+    c.softmax_scale = float(test::number_field(object, "softmax_scale", 0.0));
     cases.push_back(c);
-    at = next;
   }
   return cases;
 }
@@ -85,21 +61,6 @@ std::vector<GoldenCase> golden_cases() {
     return {missing};
   }
   return read_manifest(manifest);
-}
-
-/// FlashMLA's lse [b, h_q, s_q] with +inf for empty rows -> ours [b, s_q, h_q] with -inf.
-std::vector<float> native_lse(const test::NpyArray& lse) {
-  const int64_t b = lse.shape[0], h_q = lse.shape[1], s_q = lse.shape[2];
-  std::vector<float> v(static_cast<size_t>(b * s_q * h_q));
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t i = 0; i < s_q; ++i) {
-      for (int64_t h = 0; h < h_q; ++h) {
-        const float x = lse.at<float>((bi * h_q + h) * s_q + i);
-        v[size_t((bi * s_q + i) * h_q + h)] = std::isinf(x) && x > 0 ? -INFINITY : x;
-      }
-    }
-  }
-  return v;
 }
 
 class FlashMlaGolden : public ::testing::TestWithParam<GoldenCase> {
@@ -126,7 +87,7 @@ class FlashMlaGolden : public ::testing::TestWithParam<GoldenCase> {
     EXPECT_TRUE(test::check_out(test::to_floats(out, DType::kBF16),
                                 test::to_floats(golden_out.to_vector<uint16_t>(), DType::kBF16), row_vmax, kDimC,
                                 DType::kBF16));
-    EXPECT_TRUE(test::check_lse(lse, native_lse(golden_lse)));
+    EXPECT_TRUE(test::check_lse(lse, test::native_lse(golden_lse)));
   }
 
   Registry registry_ = make_default_registry();

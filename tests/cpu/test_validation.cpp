@@ -103,7 +103,7 @@ const DecodeRule kDecodeRules[] = {
      "kv.dims.d_c=2147483647: must be <= 65536"},
     {"RopeTooWide", [](DecodeProblem& p) { p.kv.dims.d_r = (1 << 16) + 2; }, "kv.dims.d_r=65538: must be <= 65536"},
     {"UnknownFormat", [](DecodeProblem& p) { p.kv.format = KvFormat(9); },
-     "kv.format=9: must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla"},
+     "kv.format=9: must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4"},
     {"OutStrideMin", [](DecodeProblem& p) { p.out.stride[2] = INT64_MIN; },
      "out.stride[2]=-9223372036854775808: with shape[2]=4 the tensor spans more than 2^63 - 1 bytes"},
 };

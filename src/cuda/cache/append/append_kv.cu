@@ -80,6 +80,7 @@ Status dispatch_format(const AppendKvParams& k, KvFormat f, int64_t q_rows, cuda
     case KvFormat::kFP16: return launch<In, KvFormat::kFP16>(k, q_rows, s);
     case KvFormat::kFP8E4M3: return launch<In, KvFormat::kFP8E4M3>(k, q_rows, s);
     case KvFormat::kFP8DsMla: return launch<In, KvFormat::kFP8DsMla>(k, q_rows, s);
+    case KvFormat::kFP8DsV4: break;  // refused by append_kv_supports
   }
   return Status::internal("append_kv: unknown cache format");
 }
@@ -91,6 +92,10 @@ Status append_kv_supports(const AppendKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   const std::string why = "8-element vector chunks of the cuda append_kv kernel";
+  if (c.format == KvFormat::kFP8DsV4) {
+    return unsupported("cache.format", "fp8_ds_v4", "the cuda append_kv kernel does not write DeepSeek V4's paged "
+                                                    "format yet (the reference backend does)");
+  }
   MLAKIT_TRY(require_multiple("cache.dims.d_c", c.dims.d_c, kChunk, "elements", why));
   if (p.num_tokens() > 0) MLAKIT_TRY(require_vector_rows(p.kv_c, "kv_c", kVectorLoadBytes, why));
   const int64_t store = chunk_store_bytes(c.format);

@@ -57,6 +57,10 @@ Status gather_kv_supports(const GatherKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   const std::string why = "8-element vector chunks of the cuda gather_kv kernel";
+  if (c.format == KvFormat::kFP8DsV4) {
+    return unsupported("cache.format", "fp8_ds_v4", "the cuda gather_kv kernel does not read DeepSeek V4's paged "
+                                                    "format yet (the reference backend does)");
+  }
   MLAKIT_TRY(require_multiple("d_qk", c.dims.d_qk(), kChunk, "elements", why));
   if (p.out.shape[0] > 0) MLAKIT_TRY(require_vector_rows(p.out, "out", kOutStoreBytes, why));
   const int64_t load = chunk_load_bytes(c.format);
@@ -81,6 +85,7 @@ Status gather_kv_run(const GatherKvProblem& p, Stream stream) {
     case KvFormat::kFP16: return launch<KvFormat::kFP16>(k, s);
     case KvFormat::kFP8E4M3: return launch<KvFormat::kFP8E4M3>(k, s);
     case KvFormat::kFP8DsMla: return launch<KvFormat::kFP8DsMla>(k, s);
+    case KvFormat::kFP8DsV4: break;  // refused by gather_kv_supports
   }
   return Status::internal("gather_kv: unknown cache format");
 }

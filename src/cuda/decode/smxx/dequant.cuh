@@ -19,21 +19,16 @@
 
 namespace mlakit::cuda::decode {
 
-/// 8 e4m3 values (byte k = element k) -> 8 values of q's type, exactly (NaN codes give NaN).
-template <bool kBf16>
-__device__ __forceinline__ uint4 e4m3x8_to(uint2 in) {
+/// 8 e4m3 values (byte k = element k) through fp32: pack(float2 of a pair) gives each output pair's bits.
+template <class Pack>
+__device__ __forceinline__ uint4 e4m3x8_via_fp32(uint2 in, Pack pack) {
   const uint32_t w[2] = {in.x, in.y};
   uint4 o;
   uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
-    if constexpr (kBf16) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-      ov[k] = pack_float2<true>(f.x, f.y);  // exact
-    } else {
-      ov[k] = h;
-    }
+    ov[k] = pack(__half22float2(*reinterpret_cast<const __half2*>(&h)));
   }
   return o;
 }
@@ -41,16 +36,19 @@ __device__ __forceinline__ uint4 e4m3x8_to(uint2 in) {
 /// 8 e4m3 values times `scale`, multiplied in fp32 and then rounded to q's type (fp8_ds_mla's latent part).
 template <bool kBf16>
 __device__ __forceinline__ uint4 e4m3x8_scaled_to(uint2 in, float scale) {
-  const uint32_t w[2] = {in.x, in.y};
-  uint4 o;
-  uint32_t* ov = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t h = e4m3x2_to_half2(uint16_t(w[k / 2] >> (16 * (k % 2))));
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    ov[k] = pack_float2<kBf16>(f.x * scale, f.y * scale);
+  return e4m3x8_via_fp32(in, [scale](float2 f) { return pack_float2<kBf16>(f.x * scale, f.y * scale); });
+}
+
+/// 8 e4m3 values -> 8 values of q's type, exactly (NaN codes give NaN): fp16 straight from the conversion, bf16
+/// through fp32.
+template <bool kBf16>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 in) {
+  if constexpr (kBf16) {
+    return e4m3x8_via_fp32(in, [](float2 f) { return pack_float2<true>(f.x, f.y); });
+  } else {
+    return make_uint4(e4m3x2_to_half2(uint16_t(in.x)), e4m3x2_to_half2(uint16_t(in.x >> 16)),
+                      e4m3x2_to_half2(uint16_t(in.y)), e4m3x2_to_half2(uint16_t(in.y >> 16)));
   }
-  return o;
 }
 
 /// 8 bf16 values -> q's type (fp8_ds_mla's RoPE part): unchanged for bf16, rounded to fp16 otherwise.

@@ -38,6 +38,14 @@ Status check_rows_16(const TensorView& t, const char* name, const std::string& p
 /// What every CUDA decode path needs of q, the cache and out, dense or sparse: the geometry, q's dtype against a
 /// 16-bit cache, 16-byte aligned rows.
 Status check_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView& out, const std::string& path) {
+  if (kv.format == KvFormat::kFP8DsV4) {
+    return Status::not_supported("kv.format=fp8_ds_v4: " + path +
+                                 " does not read DeepSeek V4's paged format yet (the reference backend does)");
+  }
+  if (kv.dims.v_whole_row) {
+    return Status::not_supported("kv.dims.v_whole_row=true: " + path +
+                                 " implements V = the first d_c columns only (the reference backend takes V4's whole-row V)");
+  }
   if (kv.dims.d_c != kDimC) {
     return Status::not_supported("kv.dims.d_c=" + std::to_string(kv.dims.d_c) + ": " + path + " implements d_c=" +
                                  std::to_string(kDimC) + " only");
@@ -168,6 +176,10 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) 
   MLAKIT_TRY(on_device(p.indices, "indices"));
   MLAKIT_TRY(on_device(p.topk_length, "topk_length"));
   MLAKIT_TRY(on_device(p.attn_sink, "attn_sink"));
+  if (p.has_extra()) {
+    return Status::not_supported("extra_indices: " + path +
+                                 " does not implement the extra cache yet (the reference backend does)");
+  }
   if (sparse_requests(p) > INT32_MAX) {
     return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
                                  " schedules each query token as one request, at most " + std::to_string(INT32_MAX));
