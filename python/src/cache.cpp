@@ -42,13 +42,13 @@ KvFormat infer_format(DType element_dtype) {
     case DType::kFP8E4M3: return KvFormat::kFP8E4M3;
     default:
       throw_conversion("kv_cache", std::string("format is required for a ") + dtype_name(element_dtype) +
-                                       " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla)");
+                                       " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4)");
   }
 }
 
 }  // namespace
 
-KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale)
+KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row)
     : pages_obj_(nb::borrow(pages)) {
   TensorView v = arrays_.view(pages, "kv_cache", Access::kWrite);
   const DType element_dtype = v.dtype;
@@ -56,7 +56,7 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
   view_as_bytes(v);
   view_.pages = v;
   view_.format = format.is_none() ? infer_format(element_dtype) : parse_kv_format(nb::cast<std::string>(format));
-  view_.dims = MlaDims{d_c, d_r};
+  view_.dims = MlaDims{d_c, d_r, v_whole_row};
   if (kv_scale.is_none()) {
     view_.kv_scale_value = 1.0f;
   } else if (PyFloat_Check(kv_scale.ptr()) || PyLong_Check(kv_scale.ptr())) {
@@ -73,6 +73,7 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
 std::string KvCache::repr() const {
   return "KvCache(format=" + std::string(kv_format_name(view_.format)) + ", pages=" + view_.pages.describe() +
          ", d_c=" + std::to_string(view_.dims.d_c) + ", d_r=" + std::to_string(view_.dims.d_r) +
+         (view_.dims.v_whole_row ? ", v_whole_row=True" : "") +
          ", device=" + device_name(view_.pages.device) + ")";
 }
 
@@ -92,16 +93,18 @@ KvCacheView cache_view(ArgHolder& holder, nb::handle obj) {
 void bind_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache",
                       "A paged latent KV cache over a caller's array (docs/spec.md section 4). The array is kept "
-                      "alive by this object and never copied.")
-      .def(nb::init<nb::handle, nb::handle, int, int, nb::handle>(), nb::arg("pages"),
+                      "alive by this object and never copied. v_whole_row: V is the whole row (DeepSeek V4, "
+                      "d_c=448, d_r=64; sparse decode only).")
+      .def(nb::init<nb::handle, nb::handle, int, int, nb::handle, bool>(), nb::arg("pages"),
            nb::arg("format") = nb::none(), nb::kw_only(), nb::arg("d_c") = kDefaultDimC,
-           nb::arg("d_r") = kDefaultDimR, nb::arg("kv_scale") = nb::none())
+           nb::arg("d_r") = kDefaultDimR, nb::arg("kv_scale") = nb::none(), nb::arg("v_whole_row") = false)
       .def_prop_ro("format", [](const KvCache& c) { return kv_format_name(c.view().format); })
       .def_prop_ro("num_pages", [](const KvCache& c) { return c.view().num_pages(); })
       .def_prop_ro("page_size", [](const KvCache& c) { return c.view().page_size(); })
       .def_prop_ro("row_bytes", [](const KvCache& c) { return c.view().row_bytes(); })
       .def_prop_ro("d_c", [](const KvCache& c) { return c.view().dims.d_c; })
       .def_prop_ro("d_r", [](const KvCache& c) { return c.view().dims.d_r; })
+      .def_prop_ro("v_whole_row", [](const KvCache& c) { return c.view().dims.v_whole_row; })
       .def_prop_ro("device", [](const KvCache& c) { return device_name(c.view().pages.device); })
       .def_prop_ro("pages", &KvCache::pages_object)
       .def("__repr__", &KvCache::repr);

@@ -16,7 +16,7 @@ class KvCache {
   /// `format`: None infers bf16/fp16/fp8_e4m3 from the element dtype (uint8 needs it named).
   /// `kv_scale`: fp8_e4m3 scale, a float or a float32 array of one element on the cache's device
   /// (read at run time, so a captured CUDA graph replays with a new value).
-  KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale);
+  KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row = false);
 
   const KvCacheView& view() const { return view_; }
   std::string repr() const;

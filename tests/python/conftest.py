@@ -29,9 +29,9 @@ def testdata_dir() -> Path:
     return golden.unpack(REPO_ROOT / "build" / "testdata", quiet=True)
 
 
-def flashmla_cases():
-    """(case dict, folder) for every case of flashmla/manifest.json; empty when the data is missing."""
-    manifest = testdata_dir() / "flashmla" / "manifest.json"
+def flashmla_cases(dataset: str = "flashmla"):
+    """(case dict, folder) for every case of <dataset>/manifest.json; empty when the data is missing."""
+    manifest = testdata_dir() / dataset / "manifest.json"
     if not manifest.is_file():
         return []
     cases = json.loads(manifest.read_text())["cases"]

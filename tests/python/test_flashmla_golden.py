@@ -170,9 +170,9 @@ def test_unservable_arguments_raise_clearly():
     require_testdata()
     case, folder = [p.values for p in flashmla_cases() if p.values[0]["op"] == "sparse_decode"][0]
     d = load_case(folder)
-    with pytest.raises(TypeError, match="extra_k_cache"):
+    with pytest.raises(TypeError, match="not_a_flashmla_argument"):
         flash_mla_with_kvcache(d["q"], d["kv_cache"], None, None, D_C, None, None, softmax_scale=0.1,
-                               is_fp8_kvcache=True, indices=d["indices"], extra_k_cache=d["kv_cache"])
+                               is_fp8_kvcache=True, indices=d["indices"], not_a_flashmla_argument=1)
     with pytest.raises(ValueError, match="causal=True"):
         flash_mla_with_kvcache(d["q"], d["kv_cache"], None, None, D_C, None, None, softmax_scale=0.1,
                                is_fp8_kvcache=True, indices=d["indices"], causal=True)

@@ -13,6 +13,12 @@ Conversions (FlashMLA -> MLAKit):
   (or float8_e4m3fn) when ``is_fp8_kvcache`` (DeepSeek's ``fp8_ds_mla`` row format): the unit KV-head
   dimension is dropped and the rows are viewed as bytes (``mlakit.KvCache``); no copy.
 * ``head_dim_v`` is MLAKit's ``d_c``; ``d_r = q.shape[-1] - head_dim_v`` (512 / 64 for DeepSeek).
+* DeepSeek V4 (FlashMLA's "MODEL1"): ``k_cache [num_blocks, block_size, 1, 584]`` uint8 (or float8_e4m3fn),
+  a view over FlashMLA's padded pages, with ``is_fp8_kvcache`` and ``q.shape[-1] == head_dim_v == 512``, is
+  MLAKit's ``fp8_ds_v4`` format with ``d_c = 448``, ``d_r = 64`` and V as the whole row
+  (``KvCache(..., v_whole_row=True)``); no copy. ``extra_k_cache`` (same layout, its own page size),
+  ``extra_indices_in_kvcache`` and ``extra_topk_length`` are its extra cache: one softmax over both id sets.
+  Extra ids past the extra cache become ``-1`` as for ``indices``.
 * ``softmax_lse`` is returned as FlashMLA's ``[b, h_q, s_q]`` (MLAKit computes ``[b, s_q, h_q]``; the
   result is a transposed copy), natural log, and ``+inf`` for a row with no visible key (MLAKit: ``-inf``).
   ``out`` is 0 for such rows in both.
@@ -31,9 +37,9 @@ Conversions (FlashMLA -> MLAKit):
   ``cache_seqlens``), the calls of the following layers reuse it. ``num_splits`` is returned as ``None``
   and ignored when passed. Call ``get_mla_metadata`` once per step, as with FlashMLA.
 
-Not served (raise ``TypeError``/``ValueError`` with the reason): FlashMLA's ``extra_k_cache``,
-``extra_indices_in_kvcache`` and ``extra_topk_length`` (a second cache), a KV-head count other than 1,
-``causal=True`` with ``indices``, and metadata objects made by the real FlashMLA.
+Not served (raise ``TypeError``/``ValueError`` with the reason): keyword arguments FlashMLA does not have, the
+extra cache without ``indices``, a KV-head count other than 1, ``causal=True`` with ``indices``, and metadata
+objects made by the real FlashMLA.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ import mlakit
 from .. import _arrays
 
 __all__ = ["MlaMetadata", "SoftmaxScaleDefaultWarning", "flash_mla_with_kvcache", "get_mla_metadata"]
+
+
+_DS_V4_TOKEN_BYTES = 584  # fp8_ds_v4 bytes per token (docs/spec.md section 4)
+_DS_V4_ROPE = 64
 
 
 class SoftmaxScaleDefaultWarning(UserWarning):
@@ -130,6 +140,9 @@ def flash_mla_with_kvcache(
     indices=None,
     attn_sink=None,
     topk_length=None,
+    extra_k_cache=None,
+    extra_indices_in_kvcache=None,
+    extra_topk_length=None,
     **unsupported,
 ):
     """FlashMLA's ``flash_mla_with_kvcache``: returns ``(out, softmax_lse)``.
@@ -137,16 +150,15 @@ def flash_mla_with_kvcache(
     q: ``[b, s_q, h_q, d_qk]`` bf16/fp16. k_cache: ``[num_pages, page_size, 1, d_qk]`` in q's dtype, or
     ``[num_pages, page_size, 1, 656]`` uint8 when ``is_fp8_kvcache``. block_table: int32
     ``[b, max_pages]``; cache_seqlens: int32 ``[b]`` (dense mode). indices: int32 ``[b, s_q, topk]``
-    (sparse mode). attn_sink: float32 ``[h_q]``, topk_length: int32 ``[b]`` (sparse mode).
+    (sparse mode). attn_sink: float32 ``[h_q]``, topk_length: int32 ``[b]`` (sparse mode). DeepSeek V4:
+    k_cache ``[num_blocks, block_size, 1, 584]`` bytes with head_dim_v = 512, and optionally the extra cache
+    (extra_k_cache, extra_indices_in_kvcache ``[b, s_q, extra_topk]``, extra_topk_length ``[b]``).
     Returns out ``[b, s_q, h_q, head_dim_v]`` (q's dtype) and softmax_lse float32 ``[b, h_q, s_q]``
     (``+inf`` for rows with no key). See the module docstring for every conversion.
     """
     if unsupported:
         names = ", ".join(sorted(unsupported))
-        raise TypeError(
-            f"flash_mla_with_kvcache: {names} not supported by mlakit.compat.flashmla "
-            "(MLAKit has no second 'extra' cache); call FlashMLA itself for this feature"
-        )
+        raise TypeError(f"flash_mla_with_kvcache: unexpected keyword argument(s) {names} (not FlashMLA's)")
     if tile_scheduler_metadata is not None and not isinstance(tile_scheduler_metadata, MlaMetadata):
         raise TypeError(
             "tile_scheduler_metadata: expected the MlaMetadata returned by mlakit.compat.flashmla.get_mla_metadata "
@@ -154,15 +166,36 @@ def flash_mla_with_kvcache(
         )
     scale = _resolve_scale(softmax_scale, q)
     b, s_q, h_q, d_qk = (int(s) for s in q.shape)
-    d_c = int(head_dim_v)
-    cache = mlakit.KvCache(k_cache, "fp8_ds_mla" if is_fp8_kvcache else None, d_c=d_c, d_r=d_qk - d_c)
-    out = _arrays.empty(q, (b, s_q, h_q, d_c))
+    d_v = int(head_dim_v)
+    if is_fp8_kvcache and int(k_cache.shape[-1]) == _DS_V4_TOKEN_BYTES and d_v == d_qk:
+        fmt, d_c, v_whole_row = "fp8_ds_v4", d_qk - _DS_V4_ROPE, True  # DeepSeek V4: 448 + 64, V = the whole row
+    else:
+        fmt, d_c, v_whole_row = ("fp8_ds_mla" if is_fp8_kvcache else None), d_v, False
+    dims = {"d_c": d_c, "d_r": d_qk - d_c, "v_whole_row": v_whole_row}
+    cache = mlakit.KvCache(k_cache, fmt, **dims)
+    extra = (extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
+    if any(x is not None for x in extra):
+        if indices is None:
+            raise ValueError("extra_k_cache / extra_indices_in_kvcache / extra_topk_length: sparse mode only (pass indices)")
+        if extra_k_cache is None or extra_indices_in_kvcache is None:
+            raise ValueError("the extra cache needs both extra_k_cache and extra_indices_in_kvcache")
+    out = _arrays.empty(q, (b, s_q, h_q, d_v))
     lse = _arrays.empty(q, (b, s_q, h_q), _arrays.FLOAT32)  # MLAKit's layout; converted below
 
     if indices is not None:
         if causal:
             raise ValueError("causal=True: sparse attention (indices given) has no causal mask in FlashMLA; pass causal=False")
         valid_rows = cache.num_pages * cache.page_size
+        extra_kwargs = {}
+        if extra_k_cache is not None:
+            extra_cache = mlakit.KvCache(extra_k_cache, fmt, **dims)
+            extra_kwargs = {
+                "extra_kv_cache": extra_cache,
+                "extra_indices": _arrays.where_ge_to_minus_one(
+                    extra_indices_in_kvcache, extra_cache.num_pages * extra_cache.page_size
+                ),
+                "extra_topk_length": extra_topk_length,
+            }
         mlakit.sparse_decode(
             q,
             cache,
@@ -172,6 +205,7 @@ def flash_mla_with_kvcache(
             softmax_scale=scale,
             topk_length=topk_length,
             attn_sink=attn_sink,
+            **extra_kwargs,
         )
     else:
         if attn_sink is not None or topk_length is not None:
@@ -196,7 +230,7 @@ def flash_mla_with_kvcache(
                 scale,
                 bool(causal),
                 bool(is_fp8_kvcache),
-                d_c,
+                d_v,
             )
             plan = tile_scheduler_metadata._plan_for(key, make_plan)
         plan.run(q, cache, out, lse)
