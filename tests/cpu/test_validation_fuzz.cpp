@@ -282,10 +282,21 @@ Geometry pick_geometry(Rng& r) {
   return {dims, pick(r, {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3})};
 }
 
-/// A cache of `num_pages` pages of `page_size` rows, sometimes with padded rows and pages.
+/// Sparse decode also draws DeepSeek V4's geometry (V = the whole row), with its paged fp8_ds_v4 format.
+Geometry pick_sparse_geometry(Rng& r) {
+  if (chance(r, 0.25)) {
+    return {MlaDims::deepseek_v4(), pick(r, {KvFormat::kFP8DsV4, KvFormat::kBF16, KvFormat::kFP8E4M3})};
+  }
+  return pick_geometry(r);
+}
+
+/// A cache of `num_pages` pages of `page_size` rows, sometimes with padded rows and pages (fp8_ds_v4: padded
+/// pages only, its row stride is fixed).
 KvCacheView make_cache(const Geometry& g, int64_t num_pages, int64_t page_size, float* scale_storage, Rng& r) {
   KvCacheView kv = KvCacheView::contiguous(nullptr, g.format, num_pages, page_size, g.dims);
-  if (chance(r, 0.3)) {
+  if (g.format == KvFormat::kFP8DsV4) {
+    if (chance(r, 0.3)) kv.pages.stride[0] = page_size * kv.row_bytes() + uniform(r, 0, 64);
+  } else if (chance(r, 0.3)) {
     kv.pages.stride[1] = kv.row_bytes() + uniform(r, 0, 16);
     kv.pages.stride[0] = page_size * kv.pages.stride[1] + uniform(r, 0, 64);
   }
@@ -398,7 +409,7 @@ class SparseTarget final : public Target {
   const char* name() const override { return "sparse_decode"; }
   void generate(Rng& r) override {
     p_ = {};
-    const Geometry g = pick_geometry(r);
+    const Geometry g = pick_sparse_geometry(r);
     const int64_t b = uniform(r, 1, 3), s_q = uniform(r, 1, 2), h_q = uniform(r, 1, 4), topk = uniform(r, 1, 8);
     const DType qt = pick(r, {DType::kBF16, DType::kFP16});
     p_.q = make(qt, {b, s_q, h_q, g.dims.d_qk()}, r);
@@ -409,18 +420,29 @@ class SparseTarget final : public Target {
     p_.out = make(qt, {b, s_q, h_q, g.dims.d_v()}, r);
     if (chance(r, 0.8)) p_.lse = make(DType::kFP32, {b, s_q, h_q}, r);
     p_.softmax_scale = float(std::uniform_real_distribution<double>(0.01, 1)(r));
+    if (chance(r, 0.3)) {  // the extra cache (DeepSeek V4): same geometry, its own page size
+      p_.extra_kv = make_cache(g, uniform(r, 1, 4), uniform(r, 1, 5), &extra_scale_, r);
+      p_.extra_indices = make(DType::kInt32, {b, s_q, uniform(r, 1, 6)}, r);
+      if (chance(r, 0.5)) p_.extra_topk_length = make(DType::kInt32, {b}, r);
+    }
   }
   std::vector<Slot> slots() override {
     return {{"q", &p_.q, Role::kIn},        {"kv.pages", &p_.kv.pages, Role::kIn},
             {"indices", &p_.indices, Role::kIn, true}, {"topk_length", &p_.topk_length, Role::kIn, true},
             {"attn_sink", &p_.attn_sink, Role::kIn},   {"out", &p_.out, Role::kOut},
-            {"lse", &p_.lse, Role::kOut}};
+            {"lse", &p_.lse, Role::kOut},              {"extra_kv.pages", &p_.extra_kv.pages, Role::kIn},
+            {"extra_indices", &p_.extra_indices, Role::kIn, true},
+            {"extra_topk_length", &p_.extra_topk_length, Role::kIn, true}};
   }
   void fill_contents(Rng& r) override {
-    const int64_t rows = safe_page_size(p_.kv) * safe_num_pages(p_.kv);
-    const int64_t topk = p_.indices.ndim >= 3 ? std::max<int64_t>(p_.indices.shape[2], 0) : 0;
-    fill_ints(p_.indices, [&](int64_t) { return chance(r, 0.2) ? pick<int64_t>(r, {-1, -7, INT32_MIN}) : uniform(r, 0, rows - 1); });
-    fill_ints(p_.topk_length, [&](int64_t) { return uniform(r, 0, topk); });
+    auto fill_set = [&](const KvCacheView& kv, TensorView& indices, TensorView& lengths) {
+      const int64_t rows = safe_page_size(kv) * safe_num_pages(kv);
+      const int64_t topk = indices.ndim >= 3 ? std::max<int64_t>(indices.shape[2], 0) : 0;
+      fill_ints(indices, [&](int64_t) { return chance(r, 0.2) ? pick<int64_t>(r, {-1, -7, INT32_MIN}) : uniform(r, 0, rows - 1); });
+      fill_ints(lengths, [&](int64_t) { return uniform(r, 0, topk); });
+    };
+    fill_set(p_.kv, p_.indices, p_.topk_length);
+    fill_set(p_.extra_kv, p_.extra_indices, p_.extra_topk_length);
   }
   float random_value(int slot, Rng& r) override {
     if (slot == 4 && chance(r, 0.2)) return pick<float>(r, {-INFINITY, INFINITY});  // attn_sink extremes
@@ -440,6 +462,7 @@ class SparseTarget final : public Target {
  private:
   SparseDecodeProblem p_;
   float scale_ = 0.25f;
+  float extra_scale_ = 0.25f;
 };
 
 // ---- prefill ----
