@@ -42,10 +42,11 @@ TEST(DsV4Format, PackedPageStrideIsFlashMlas) {
 
 // Token (1, 2) holds every e4m3 code (NaN codes replaced by 448, which also fixes each group's amax) under one
 // scale exponent per group; the reader must give code x 2^(e - 127) and the bf16 k_pe, and the writer must give
-// the same bytes back at the same places, touching nothing else.
+// the same bytes back at the same places, touching nothing else. Every exponent the writer can produce: from
+// 114 (2^-13, the first power of two above its 1e-4 floor) to 245 (448 x 2^118 is the largest finite amax).
 TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
   std::mt19937 rng(7);
-  for (int e : {114, 120, 127, 134, 140}) {
+  for (int e = 114; e <= 244; ++e) {
     SCOPED_TRACE("exponent " + std::to_string(e));
     DsV4Cache golden(2), written(2);
     uint8_t* block = golden.block(1, 2);
@@ -55,7 +56,7 @@ TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
       if ((code & 0x7f) == 0x7f || i % ds_v4::kGroupSize == 0) code = 0x7e;  // no NaN; 448 in every group
       block[i] = code;
     }
-    for (int g = 0; g < ds_v4::kNumGroups; ++g) scales[g] = uint8_t(e + g % 2);
+    for (int g = 0; g < ds_v4::kNumGroups; ++g) scales[g] = uint8_t(e + g % 2);  // e and e + 1, both <= 245
     std::vector<uint16_t> k_pe(ds_v4::kDimR);
     for (auto& v : k_pe) v = float_to_bf16(std::uniform_real_distribution<float>(-4.0f, 4.0f)(rng));
     std::memcpy(block + ds_v4::kRopeOffset, k_pe.data(), 2 * k_pe.size());
@@ -70,6 +71,26 @@ TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
 
     reference::encode_kv_token(written.view, values.data(), 1, 2);
     EXPECT_EQ(written.bytes, golden.bytes);  // every byte, the unused scale byte (0) and the other tokens included
+  }
+}
+
+// The reader alone over every exponent byte, the ones no writer produces included (0: 2^-127; 255: 2^128 = inf in
+// float32, so a nonzero code reads as +-inf and a zero code as NaN, as the formula of docs/spec.md section 4 says).
+TEST(DsV4Format, ReaderOverEveryExponentByte) {
+  DsV4Cache c(1);
+  for (int i = 0; i < ds_v4::kDimC; ++i) c.block(0, 0)[i] = uint8_t(i % 256);
+  std::vector<float> values(512);
+  for (int e = 0; e < 256; ++e) {
+    for (int g = 0; g < ds_v4::kNumGroups; ++g) c.scales(0, 0)[g] = uint8_t(e);
+    reference::decode_kv_token(c.view, 0, 0, values.data());
+    for (int i = 0; i < ds_v4::kDimC; ++i) {
+      const float want = e4m3_to_float(uint8_t(i % 256)) * std::ldexp(1.0f, e - 127);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(values[size_t(i)])) << "exponent " << e << " column " << i;
+      } else {
+        ASSERT_EQ(float_bits(values[size_t(i)]), float_bits(want)) << "exponent " << e << " column " << i;
+      }
+    }
   }
 }
 
