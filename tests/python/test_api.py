@@ -130,6 +130,33 @@ def test_kv_cache_views_bytes_without_copying():
     assert mlakit.KvCache(big[::2]).num_pages == 3
 
 
+def test_deepseek_v4_cache_view_and_its_rules():
+    """fp8_ds_v4 (docs/spec.md section 4): FlashMLA's [num_blocks, P, 1, 584] view over padded pages, V4's dims."""
+    page_size, num_pages = 4, 3
+    page_bytes = -(-page_size * 584 // 576) * 576  # FlashMLA pads pages to a multiple of 576 bytes
+    raw = np.zeros((num_pages, page_bytes), np.uint8)
+    view = np.lib.stride_tricks.as_strided(raw, (num_pages, page_size, 1, 584), (page_bytes, 584, 584, 1))
+    c = mlakit.KvCache(view, "fp8_ds_v4", d_c=448, d_r=64, v_whole_row=True)
+    assert (c.format, c.num_pages, c.page_size, c.row_bytes, c.d_c, c.d_r, c.v_whole_row) == (
+        "fp8_ds_v4", num_pages, page_size, 584, 448, 64, True)
+    assert "v_whole_row=True" in repr(c)
+    q = np.zeros((1, 1, 2, 512), BF16)
+    out = np.full((1, 1, 2, 512), np.nan, BF16)
+    lse = np.full((1, 1, 2), np.nan, np.float32)
+    idx = np.array([[[0, 5, -1]]], np.int32)
+    mlakit.sparse_decode(q, c, idx, out, lse, softmax_scale=0.044)  # zero cache: every key has the same score
+    assert np.all(out.astype(np.float32) == 0) and np.allclose(lse, np.log(2.0))
+    with pytest.raises(ValueError, match=r"kv.format=fp8_ds_v4: needs d_c=448 and d_r=64"):
+        mlakit.sparse_decode(np.zeros((1, 1, 2, 576), BF16), mlakit.KvCache(view, "fp8_ds_v4"), idx, out, lse,
+                             softmax_scale=0.044)
+    other_stride = np.lib.stride_tricks.as_strided(raw, (num_pages, page_size, 1, 584), (page_bytes, 576, 584, 1))
+    with pytest.raises(ValueError, match=r"stride\[1\]=576: must be 584 for fp8_ds_v4"):
+        mlakit.sparse_decode(q, mlakit.KvCache(other_stride, "fp8_ds_v4", d_c=448, d_r=64, v_whole_row=True), idx,
+                             out, lse, softmax_scale=0.044)
+    with pytest.raises(ValueError, match=r"extra_kv.pages=given: needs extra_indices"):
+        mlakit.sparse_decode(q, c, idx, out, lse, softmax_scale=0.044, extra_kv_cache=c)
+
+
 def test_kv_scale_pointer_is_read_at_run_time(rng):
     """fp8_e4m3 cache: a float32 scale array is read when the op runs, not when the view is made."""
     page_size, d_c, d_r = 4, 32, 8
