@@ -35,27 +35,28 @@ void view_as_bytes(TensorView& v) {
   v.dtype = DType::kUInt8;
 }
 
-KvFormat infer_format(DType element_dtype) {
+KvFormat infer_format(DType element_dtype, const char* name) {
   switch (element_dtype) {
     case DType::kBF16: return KvFormat::kBF16;
     case DType::kFP16: return KvFormat::kFP16;
     case DType::kFP8E4M3: return KvFormat::kFP8E4M3;
     default:
-      throw_conversion("kv_cache", std::string("format is required for a ") + dtype_name(element_dtype) +
-                                       " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4)");
+      throw_conversion(name, std::string("format is required for a ") + dtype_name(element_dtype) +
+                                 " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4)");
   }
 }
 
 }  // namespace
 
-KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row)
+KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row,
+                 const char* name)
     : pages_obj_(nb::borrow(pages)) {
-  TensorView v = arrays_.view(pages, "kv_cache", Access::kWrite);
+  TensorView v = arrays_.view(pages, name, Access::kWrite);
   const DType element_dtype = v.dtype;
   squeeze_head_dim(v);
   view_as_bytes(v);
   view_.pages = v;
-  view_.format = format.is_none() ? infer_format(element_dtype) : parse_kv_format(nb::cast<std::string>(format));
+  view_.format = format.is_none() ? infer_format(element_dtype, name) : parse_kv_format(nb::cast<std::string>(format));
   view_.dims = MlaDims{d_c, d_r, v_whole_row};
   if (kv_scale.is_none()) {
     view_.kv_scale_value = 1.0f;
@@ -85,6 +86,18 @@ KvCacheView cache_view(ArgHolder& holder, nb::handle obj) {
   }
   if (obj.is_none()) return {};  // validate() reports the missing cache
   auto cache = std::make_shared<KvCache>(obj, nb::none(), kDefaultDimC, kDefaultDimR, nb::none());
+  holder.note_cuda_framework(cache->arrays());
+  holder.keep(cache);
+  return cache->view();
+}
+
+KvCacheView cache_view_like(ArgHolder& holder, nb::handle obj, const KvCacheView& like, const char* name) {
+  if (obj.is_none() || nb::isinstance<KvCache>(obj)) return cache_view(holder, obj);
+  if (like.format == KvFormat::kFP8E4M3 && like.kv_scale != nullptr) {
+    throw_conversion(name, "an array cannot share kv_cache's kv_scale array: pass mlakit.KvCache(..., kv_scale=...)");
+  }
+  auto cache = std::make_shared<KvCache>(obj, nb::str(kv_format_name(like.format)), like.dims.d_c, like.dims.d_r,
+                                         nb::float_(like.kv_scale_value), like.dims.v_whole_row, name);
   holder.note_cuda_framework(cache->arrays());
   holder.keep(cache);
   return cache->view();

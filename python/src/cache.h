@@ -16,7 +16,9 @@ class KvCache {
   /// `format`: None infers bf16/fp16/fp8_e4m3 from the element dtype (uint8 needs it named).
   /// `kv_scale`: fp8_e4m3 scale, a float or a float32 array of one element on the cache's device
   /// (read at run time, so a captured CUDA graph replays with a new value).
-  KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row = false);
+  /// `name`: the argument's name in error messages.
+  KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row = false,
+          const char* name = "kv_cache");
 
   const KvCacheView& view() const { return view_; }
   std::string repr() const;
@@ -33,6 +35,11 @@ class KvCache {
 /// A cache argument: a KvCache, or an array wrapped on the fly with the format inferred from its dtype
 /// and the default geometry (d_c=512, d_r=64). The arrays stay alive as long as `holder`.
 KvCacheView cache_view(ArgHolder& holder, nb::handle obj);
+
+/// A second cache of the same call (sparse decode's extra cache): a KvCache, or an array wrapped with the format,
+/// geometry and fp8_e4m3 scale value of `like`, named `name` in messages. An fp8_e4m3 `like` whose scale is read
+/// through a pointer cannot lend it to an array: pass a KvCache then.
+KvCacheView cache_view_like(ArgHolder& holder, nb::handle obj, const KvCacheView& like, const char* name);
 
 void bind_cache(nb::module_& m);
 

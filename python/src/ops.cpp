@@ -64,7 +64,7 @@ SparseDecodeProblem build_sparse_decode(Call& c, nb::handle q, nb::handle kv_cac
   p.softmax_scale = softmax_scale;
   p.topk_length = c.args.optional(topk_length, "topk_length", Access::kRead);
   p.attn_sink = c.args.optional(attn_sink, "attn_sink", Access::kRead);
-  p.extra_kv = cache_view(c.args, extra_kv_cache);
+  p.extra_kv = cache_view_like(c.args, extra_kv_cache, p.kv, "extra_kv_cache");
   p.extra_indices = c.args.optional(extra_indices, "extra_indices", Access::kRead);
   p.extra_topk_length = c.args.optional(extra_topk_length, "extra_topk_length", Access::kRead);
   c.workspace = workspace;

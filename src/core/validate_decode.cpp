@@ -67,12 +67,13 @@ Status check_ids(const TensorView& indices, const TensorView& lengths, int64_t r
 }  // namespace
 
 Status DecodeProblem::validate() const {
-  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kPowerOfTwo));
+  // First: the shape checks below would otherwise ask for an out as wide as the whole row.
   if (kv.dims.v_whole_row) {
     return check::fail("kv.dims.v_whole_row", "true",
                        "dense decode takes V = the first d_c columns (V as the whole row is DeepSeek V4's sparse "
                        "attention, docs/spec.md section 2.1)");
   }
+  MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kPowerOfTwo));
   const int64_t b = batch();
   MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 2, "[b, max_pages]"));
   MLAKIT_TRY(check::same_device(block_table, "block_table", q.device, "q"));
@@ -110,7 +111,7 @@ Status validate_extra(const SparseDecodeProblem& p, Device dev) {
   if (!(extra_kv.dims == kv.dims)) {
     return check::fail("extra_kv.dims", "d_c=" + std::to_string(extra_kv.dims.d_c) + ", d_r=" +
                                             std::to_string(extra_kv.dims.d_r) +
-                                            ", v_whole_row=" + std::to_string(extra_kv.dims.v_whole_row),
+                                            ", v_whole_row=" + (extra_kv.dims.v_whole_row ? "true" : "false"),
                        "must equal kv.dims (one geometry for both caches)");
   }
   MLAKIT_TRY(check::tensor(extra_indices, "extra_indices", {DType::kInt32}, 3, "[b, s_q, extra_topk]"));

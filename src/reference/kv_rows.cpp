@@ -80,7 +80,7 @@ void encode_ds_v4(const float* values, const DsV4Token& t) {
   for (int g = 0; g < ds_v4::kNumGroups; ++g) {
     float amax = 0.0f;
     for (int i = g * ds_v4::kGroupSize; i < (g + 1) * ds_v4::kGroupSize; ++i) amax = std::fmax(amax, std::fabs(values[i]));
-    const float scale = ds_mla_group_scale(amax);  // a power of two in [2^-14, inf]
+    const float scale = ds_mla_group_scale(amax);  // a power of two in [2^-13, 2^120], or inf (amax inf or NaN)
     int e = 0;
     std::frexp(scale, &e);  // scale = 0.5 * 2^e
     const int biased = std::isinf(scale) ? 255 : e - 1 + ds_v4::kScaleBias;

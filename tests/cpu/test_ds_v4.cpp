@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,11 +44,12 @@ TEST(DsV4Format, PackedPageStrideIsFlashMlas) {
 
 // Token (1, 2) holds every e4m3 code (NaN codes replaced by 448, which also fixes each group's amax) under one
 // scale exponent per group; the reader must give code x 2^(e - 127) and the bf16 k_pe, and the writer must give
-// the same bytes back at the same places, touching nothing else. Every exponent the writer can produce: from
-// 114 (2^-13, the first power of two above its 1e-4 floor) to 245 (448 x 2^118 is the largest finite amax).
+// the same bytes back at the same places, touching nothing else. Exponents 114 (2^-13, the first power of two
+// above the writer's 1e-4 floor) to 246 (groups with 448 x 2^119, the largest finite multiple of 448); 247 is
+// WriterRuleAtTheTopOfTheFloatRange's.
 TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
   std::mt19937 rng(7);
-  for (int e = 114; e <= 244; ++e) {
+  for (int e = 114; e <= 245; ++e) {
     SCOPED_TRACE("exponent " + std::to_string(e));
     DsV4Cache golden(2), written(2);
     uint8_t* block = golden.block(1, 2);
@@ -56,7 +59,7 @@ TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
       if ((code & 0x7f) == 0x7f || i % ds_v4::kGroupSize == 0) code = 0x7e;  // no NaN; 448 in every group
       block[i] = code;
     }
-    for (int g = 0; g < ds_v4::kNumGroups; ++g) scales[g] = uint8_t(e + g % 2);  // e and e + 1, both <= 245
+    for (int g = 0; g < ds_v4::kNumGroups; ++g) scales[g] = uint8_t(e + g % 2);  // e and e + 1, both <= 246
     std::vector<uint16_t> k_pe(ds_v4::kDimR);
     for (auto& v : k_pe) v = float_to_bf16(std::uniform_real_distribution<float>(-4.0f, 4.0f)(rng));
     std::memcpy(block + ds_v4::kRopeOffset, k_pe.data(), 2 * k_pe.size());
@@ -92,6 +95,18 @@ TEST(DsV4Format, ReaderOverEveryExponentByte) {
       }
     }
   }
+}
+
+// An amax above 448 x 2^119 (up to FLT_MAX) needs 2^120: exponent byte 247, the largest the writer produces.
+TEST(DsV4Format, WriterRuleAtTheTopOfTheFloatRange) {
+  DsV4Cache c(1);
+  std::vector<float> x(512, 1.0f);
+  x[3] = std::numeric_limits<float>::max();   // group 0
+  x[64] = -448.0f * std::ldexp(1.0f, 119);    // group 1: exactly 448 x 2^119 -> 2^119
+  reference::encode_kv_token(c.view, x.data(), 0, 0);
+  EXPECT_EQ(c.scales(0, 0)[0], 247);
+  EXPECT_EQ(c.scales(0, 0)[1], 246);
+  EXPECT_EQ(c.block(0, 0)[64], 0xfe);  // -448: the e4m3 code of the group's amax
 }
 
 TEST(DsV4Format, WriterRuleOnRandomRows) {  // docs/spec.md 4: smallest power of two >= max(amax / 448, 1e-4)
@@ -195,43 +210,65 @@ TEST(DsV4Validation, NamesFieldValueAndRule) {
 }
 
 // ---- the extra cache: one softmax over both id sets ----
+// Three caches hold the same random rows: main (pages of 3 tokens, rows 0-17), extra (pages of 5, rows 18-37 of the
+// combined numbering) and combined (pages of 1, rows 0-37), so an id split between main and extra names the same
+// row as its combined id. A reference that resolved extra ids in the main cache, with the main page size, or with
+// the main cache's fp8_e4m3 scale fails these tests.
+struct TestCache {
+  std::vector<uint8_t> pages;
+  KvCacheView view;
+  TestCache(KvFormat f, int64_t num_pages, int64_t page_size, float kv_scale) {
+    const MlaDims dims = MlaDims::deepseek_v4();
+    const int64_t page_bytes = f == KvFormat::kFP8DsV4 ? ds_v4::packed_page_bytes(page_size)
+                                                       : page_size * kv_row_bytes(f, dims.d_c, dims.d_r);
+    pages.assign(size_t(num_pages * page_bytes), 0);
+    view = KvCacheView::contiguous(pages.data(), f, num_pages, page_size, dims);
+    view.kv_scale_value = kv_scale;
+  }
+  void put(int64_t id, const float* row) { reference::encode_kv_token(view, row, id / view.page_size(), id % view.page_size()); }
+};
+
 class ExtraCache : public ::testing::TestWithParam<KvFormat> {
  protected:
-  static constexpr int64_t kB = 2, kH = 3, kPages = 6;
+  static constexpr int64_t kB = 2, kH = 3, kMainRows = 18, kExtraRows = 20;
+  static constexpr float kScale = 1.0f / 32.0f;
   void SetUp() override {
     const KvFormat f = GetParam();
-    const MlaDims dims = MlaDims::deepseek_v4();
-    if (f == KvFormat::kFP8DsV4) {
-      pages_.assign(size_t(kPages * ds_v4::packed_page_bytes(kPage)), 0);
-    } else {
-      pages_.assign(size_t(kPages * kPage * kv_row_bytes(f, dims.d_c, dims.d_r)), 0);
-    }
-    kv_ = KvCacheView::contiguous(pages_.data(), f, kPages, kPage, dims);
-    kv_.kv_scale_value = 1.0f / 32.0f;
+    main_ = std::make_unique<TestCache>(f, kMainRows / 3, 3, kScale);
+    extra_ = std::make_unique<TestCache>(f, kExtraRows / 5, 5, kScale);
+    combined_ = std::make_unique<TestCache>(f, kMainRows + kExtraRows, 1, kScale);
+    extra_scaled_ = std::make_unique<TestCache>(f, kExtraRows / 5, 5, 2 * kScale);  // fp8_e4m3: another scale
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> row(512);
-    for (int64_t t = 0; t < kPages * kPage; ++t) {
+    for (int64_t t = 0; t < kMainRows + kExtraRows; ++t) {
       for (auto& v : row) v = u(rng);
-      reference::encode_kv_token(kv_, row.data(), t / kPage, t % kPage);
+      combined_->put(t, row.data());
+      if (t < kMainRows) {
+        main_->put(t, row.data());
+      } else {
+        extra_->put(t - kMainRows, row.data());
+        extra_scaled_->put(t - kMainRows, row.data());
+      }
     }
     q_.resize(size_t(kB * kH * 512));
     for (auto& v : q_) v = float_to_bf16(u(rng));
   }
 
-  /// Runs the reference with main ids `main` and, when `extra` is non-empty, extra ids (rows of the same cache).
-  void run(const std::vector<int32_t>& main, const std::vector<int32_t>& extra, std::vector<int32_t> main_len,
-           std::vector<int32_t> extra_len, std::vector<uint16_t>* out, std::vector<float>* lse) {
+  /// The reference over `kv` with ids `main` and, when `extra` is non-empty, `extra_kv` with ids `extra`.
+  void run(const KvCacheView& kv, const std::vector<int32_t>& main, const KvCacheView* extra_kv,
+           const std::vector<int32_t>& extra, std::vector<int32_t> main_len, std::vector<int32_t> extra_len,
+           std::vector<uint16_t>* out, std::vector<float>* lse) {
     const int64_t topk = int64_t(main.size()) / kB, extra_topk = int64_t(extra.size()) / kB;
     out->assign(size_t(kB * kH * 512), 0xffff);
     lse->assign(size_t(kB * kH), NAN);
     SparseDecodeProblem p;
     p.q = TensorView::contiguous(q_.data(), DType::kBF16, {kB, 1, kH, 512});
-    p.kv = kv_;
+    p.kv = kv;
     p.indices = TensorView::contiguous(main.data(), DType::kInt32, {kB, 1, topk});
     if (!main_len.empty()) p.topk_length = TensorView::contiguous(main_len.data(), DType::kInt32, {kB});
     if (extra_topk > 0) {
-      p.extra_kv = kv_;
+      p.extra_kv = *extra_kv;
       p.extra_indices = TensorView::contiguous(extra.data(), DType::kInt32, {kB, 1, extra_topk});
       if (!extra_len.empty()) p.extra_topk_length = TensorView::contiguous(extra_len.data(), DType::kInt32, {kB});
     }
@@ -244,36 +281,42 @@ class ExtraCache : public ::testing::TestWithParam<KvFormat> {
     ASSERT_TRUE(st.ok()) << st.to_string();
   }
 
-  std::vector<uint8_t> pages_;
-  KvCacheView kv_;
+  std::unique_ptr<TestCache> main_, extra_, combined_, extra_scaled_;
   std::vector<uint16_t> q_;
 };
 
-TEST_P(ExtraCache, SplittingTheIdsBetweenTheSetsChangesNothing) {
-  const std::vector<int32_t> all = {0, 5, 17, 9, 9, -1, 3, 12, 1, 16, -7, 4};  // [2, 6]
-  std::vector<int32_t> first, second;  // columns 0-2 and 3-5 of each batch entry
+TEST_P(ExtraCache, IdsSplitBetweenTheCachesEqualOneSetOverTheCombinedCache) {
+  const std::vector<int32_t> main = {0, 5, 17, 3, -1, 12};    // [2, 3], rows of the main cache
+  const std::vector<int32_t> extra = {9, 9, 19, -7, 1, 16};   // [2, 3], rows of the extra cache
+  std::vector<int32_t> all;                                   // [2, 6], combined numbering
   for (int b = 0; b < 2; ++b) {
-    first.insert(first.end(), all.begin() + 6 * b, all.begin() + 6 * b + 3);
-    second.insert(second.end(), all.begin() + 6 * b + 3, all.begin() + 6 * b + 6);
+    for (int k = 0; k < 3; ++k) all.push_back(main[size_t(3 * b + k)]);
+    for (int k = 0; k < 3; ++k) {
+      const int32_t id = extra[size_t(3 * b + k)];
+      all.push_back(id < 0 ? id : int32_t(kMainRows) + id);
+    }
   }
   std::vector<uint16_t> out_all, out_split;
   std::vector<float> lse_all, lse_split;
-  run(all, {}, {}, {}, &out_all, &lse_all);
-  run(first, second, {}, {}, &out_split, &lse_split);
+  run(combined_->view, all, nullptr, {}, {}, {}, &out_all, &lse_all);
+  run(main_->view, main, &extra_->view, extra, {}, {}, &out_split, &lse_split);
   EXPECT_EQ(out_split, out_all);  // the same keys in the same order: the same bits
   EXPECT_EQ(lse_split, lse_all);
 }
 
 TEST_P(ExtraCache, EmptyExtraSetAndAllInvalidMainSet) {
   const std::vector<int32_t> main = {2, 7, 11, 4, 0, 13};
+  const std::vector<int32_t> extra = {8, 19, 10, 8, 9, 3};
   const std::vector<int32_t> invalid = {-1, -2, -3, -4, -5, INT32_MIN};
   std::vector<uint16_t> out_ref, out;
   std::vector<float> lse_ref, lse;
-  run(main, {}, {}, {}, &out_ref, &lse_ref);
-  run(main, {8, 9, 10, 8, 9, 10}, {}, {0, 0}, &out, &lse);  // extra_topk_length 0: the extra set is empty
+  run(main_->view, main, nullptr, {}, {}, {}, &out_ref, &lse_ref);
+  run(main_->view, main, &extra_->view, extra, {}, {0, 0}, &out, &lse);  // extra_topk_length 0: no extra key
   EXPECT_EQ(out, out_ref);
   EXPECT_EQ(lse, lse_ref);
-  run(invalid, main, {}, {}, &out, &lse);  // every main id invalid: the extra set alone
+  // Every main id invalid: the extra set alone, read with the extra cache's own scale and page size.
+  run(extra_scaled_->view, extra, nullptr, {}, {}, {}, &out_ref, &lse_ref);
+  run(main_->view, invalid, &extra_scaled_->view, extra, {}, {}, &out, &lse);
   EXPECT_EQ(out, out_ref);
   EXPECT_EQ(lse, lse_ref);
 }
@@ -281,7 +324,7 @@ TEST_P(ExtraCache, EmptyExtraSetAndAllInvalidMainSet) {
 TEST_P(ExtraCache, BothLengthsZeroGiveAnEmptyRow) {
   std::vector<uint16_t> out;
   std::vector<float> lse;
-  run({1, 2, 3, 4}, {5, 6}, {0, 2}, {0, 1}, &out, &lse);
+  run(main_->view, {1, 2, 3, 4}, &extra_->view, {5, 6}, {0, 2}, {0, 1}, &out, &lse);
   for (int64_t h = 0; h < kH; ++h) {
     EXPECT_EQ(lse[size_t(h)], -INFINITY);  // batch entry 0: no key at all
     for (int64_t c = 0; c < 512; ++c) ASSERT_EQ(out[size_t(h * 512 + c)], 0) << c;

@@ -155,6 +155,18 @@ def test_deepseek_v4_cache_view_and_its_rules():
                              out, lse, softmax_scale=0.044)
     with pytest.raises(ValueError, match=r"extra_kv.pages=given: needs extra_indices"):
         mlakit.sparse_decode(q, c, idx, out, lse, softmax_scale=0.044, extra_kv_cache=c)
+    # A bare extra array takes the main cache's format and geometry; messages name it.
+    extra_idx = np.array([[[1, -1]]], np.int32)
+    mlakit.sparse_decode(q, c, idx, out, lse, softmax_scale=0.044, extra_kv_cache=view, extra_indices=extra_idx)
+    assert np.allclose(lse, np.log(3.0))  # three valid keys over both caches, all with the same score
+    with pytest.raises(ValueError, match=r"extra_indices\[0\]\[0\]\[0\]=12: must be < num_pages \* page_size=12"):
+        mlakit.sparse_decode(q, c, idx, out, lse, softmax_scale=0.044, extra_kv_cache=view,
+                             extra_indices=np.array([[[12, 0]]], np.int32))
+    e4m3 = mlakit.KvCache(np.zeros((2, 4, 512), FP8), d_c=448, d_r=64, v_whole_row=True,
+                          kv_scale=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match=r"extra_kv_cache: .*pass mlakit.KvCache"):
+        mlakit.sparse_decode(q, e4m3, idx[:, :, :1], out, lse, softmax_scale=0.044,
+                             extra_kv_cache=np.zeros((2, 4, 512), FP8), extra_indices=extra_idx)
 
 
 def test_kv_scale_pointer_is_read_at_run_time(rng):
