@@ -91,6 +91,9 @@ struct SparseDecodeProblem {
   KvCacheView extra_kv;
   TensorView extra_indices;      ///< int32 [b, s_q, extra_topk]; negative = no key
   TensorView extra_topk_length;  ///< optional int32 [b]; columns >= extra_topk_length[b] ignored
+  /// Optional float32 [b, s_q, h_q]: the largest logit tau * <q, K_j> over the row's valid keys (both sets), -inf
+  /// for a row with none (FlashMLA's sparse prefill returns it).
+  TensorView max_logits;
 
   int64_t batch() const { return q.shape[0]; }
   int64_t s_q() const { return q.shape[1]; }

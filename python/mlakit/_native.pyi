@@ -142,17 +142,17 @@ def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, s
     The run half of decode: reads the schedule decode_plan_step left in workspace.
     """
 
-def sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     Sparse top-k decode over global row ids (docs/spec.md section 2); with extra_kv_cache and extra_indices (DeepSeek V4), one softmax over the ids of both caches.
     """
 
-def select_sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
+def select_sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
-def sparse_decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
+def sparse_decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
     """
     Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, e.g. allocated by your framework so that CUDA graph capture sees it). Nothing runs.
     """

@@ -54,7 +54,7 @@ DecodeProblem build_decode(Call& c, nb::handle q, nb::handle kv_cache, nb::handl
 SparseDecodeProblem build_sparse_decode(Call& c, nb::handle q, nb::handle kv_cache, nb::handle indices, nb::handle out,
                                         nb::handle lse, float softmax_scale, nb::handle topk_length,
                                         nb::handle attn_sink, nb::handle extra_kv_cache, nb::handle extra_indices,
-                                        nb::handle extra_topk_length, nb::handle workspace) {
+                                        nb::handle extra_topk_length, nb::handle max_logits, nb::handle workspace) {
   SparseDecodeProblem p;
   p.q = c.args.view(q, "q", Access::kRead);
   p.kv = cache_view(c.args, kv_cache);
@@ -67,6 +67,7 @@ SparseDecodeProblem build_sparse_decode(Call& c, nb::handle q, nb::handle kv_cac
   p.extra_kv = cache_view_like(c.args, extra_kv_cache, p.kv, "extra_kv_cache");
   p.extra_indices = c.args.optional(extra_indices, "extra_indices", Access::kRead);
   p.extra_topk_length = c.args.optional(extra_topk_length, "extra_topk_length", Access::kRead);
+  p.max_logits = c.args.optional(max_logits, "max_logits", Access::kWrite);
   c.workspace = workspace;
   return p;
 }
@@ -235,12 +236,13 @@ void bind_ops(nb::module_& m) {
          arg("q"), arg("kv_cache"), arg("indices"), arg("out"), arg("lse") = nb::none(), nb::kw_only(),
          arg("softmax_scale"), arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(),
          arg("extra_kv_cache") = nb::none(), arg("extra_indices") = nb::none(), arg("extra_topk_length") = nb::none(),
-         arg("workspace") = nb::none());
+         arg("max_logits") = nb::none(), arg("workspace") = nb::none());
   def_workspace_bytes(m, "sparse_decode_workspace_bytes", &build_sparse_decode, arg("q"), arg("kv_cache"),
                       arg("indices"), arg("out"), arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"),
                       arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(),
                       arg("extra_kv_cache") = nb::none(), arg("extra_indices") = nb::none(),
-                      arg("extra_topk_length") = nb::none(), arg("workspace") = nb::none());
+                      arg("extra_topk_length") = nb::none(), arg("max_logits") = nb::none(),
+                      arg("workspace") = nb::none());
   def_op(m, "prefill", "select_prefill", &build_prefill,
          "Ragged prefill in the non-absorbed MHA form (docs/spec.md section 3).", arg("q"), arg("k"), arg("v"),
          arg("cu_seqlens_q"), arg("cu_seqlens_k"), arg("out"), arg("lse") = nb::none(), nb::kw_only(),

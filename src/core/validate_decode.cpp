@@ -142,7 +142,15 @@ Status SparseDecodeProblem::validate() const {
   MLAKIT_TRY(check::same_device(attn_sink, "attn_sink", dev, "q"));
   if (attn_sink.defined()) MLAKIT_TRY(check::dim(attn_sink, "attn_sink", 0, h_q(), "h_q"));
   MLAKIT_TRY(validate_extra(*this, dev));
-  MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
+  MLAKIT_TRY(check::optional_tensor(max_logits, "max_logits", {DType::kFP32}, 3, kLseLayout));
+  MLAKIT_TRY(check::same_device(max_logits, "max_logits", dev, "q"));
+  if (max_logits.defined()) {
+    for (int d = 0; d < 3; ++d) {
+      MLAKIT_TRY(check::dim(max_logits, "max_logits", d, q.shape[d], "q.shape[" + std::to_string(d) + "]"));
+    }
+  }
+  MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse"),
+                              check::operand(max_logits, "max_logits")},
                              {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
                               check::operand(indices, "indices"), check::operand(topk_length, "topk_length"),
                               check::operand(attn_sink, "attn_sink"), check::operand(extra_kv.pages, "extra_kv.pages"),

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,15 @@ void attend_row(const SparseDecodeProblem& p, const std::vector<float>& rows, in
   const KeyValueRows kv{rows.data(), d_qk, rows.data(), d_qk, int64_t(rows.size()) / d_qk};
   std::vector<double> out(static_cast<size_t>(d_v));
   const double lse = softmax_attention(q.data(), d_qk, kv, d_v, double(p.softmax_scale), out.data());
+  if (p.max_logits.defined()) {  // tau * <q, K_j>, the largest over the row's keys; -inf when it has none
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < kv.n; ++j) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < d_qk; ++c) dot += double(q[size_t(c)]) * double(rows[size_t(j * d_qk + c)]);
+      m = std::max(m, dot * double(p.softmax_scale));
+    }
+    store_float(p.max_logits, offset_of(p.max_logits, b, i, h), float(m));
+  }
   const double factor = kv.n > 0 ? sink_factor(p, h, lse) : 1.0;  // an empty row stays 0 / -inf
 
   const int64_t out_base = offset_of(p.out, b, i, h);

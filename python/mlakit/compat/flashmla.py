@@ -37,6 +37,9 @@ Conversions (FlashMLA -> MLAKit):
   ``cache_seqlens``), the calls of the following layers reuse it. ``num_splits`` is returned as ``None``
   and ignored when passed. Call ``get_mla_metadata`` once per step, as with FlashMLA.
 
+``flash_mla_sparse_fwd`` (FlashMLA's sparse prefill) is served as sparse decode with ``b = s_q`` query tokens of
+one token each over a one-page cache of ``s_kv`` rows; ``max_logits`` and ``lse`` follow FlashMLA's tests/ref.py.
+
 Not served (raise ``TypeError``/``ValueError`` with the reason): keyword arguments FlashMLA does not have, the
 extra cache without ``indices``, a KV-head count other than 1, ``causal=True`` with ``indices``, and metadata
 objects made by the real FlashMLA.
@@ -50,7 +53,13 @@ import mlakit
 
 from .. import _arrays
 
-__all__ = ["MlaMetadata", "SoftmaxScaleDefaultWarning", "flash_mla_with_kvcache", "get_mla_metadata"]
+__all__ = [
+    "MlaMetadata",
+    "SoftmaxScaleDefaultWarning",
+    "flash_mla_sparse_fwd",
+    "flash_mla_with_kvcache",
+    "get_mla_metadata",
+]
 
 
 _DS_V4_TOKEN_BYTES = 584  # fp8_ds_v4 bytes per token (docs/spec.md section 4)
@@ -238,3 +247,45 @@ def flash_mla_with_kvcache(
     lse = _arrays.contiguous_swap_last_two(lse)  # [b, s_q, h_q] -> FlashMLA's [b, h_q, s_q]
     _arrays.neg_inf_to_pos_inf(lse)  # empty rows: MLAKit -inf (ln 0) -> FlashMLA +inf
     return out, lse
+
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None):
+    """FlashMLA's sparse prefill ``flash_mla_sparse_fwd``: returns ``(out, max_logits, lse)``.
+
+    q: ``[s_q, h_q, d_qk]`` bf16; kv: ``[s_kv, 1, d_qk]`` bf16 (one latent KV head); indices: int32
+    ``[s_q, 1, topk]``, rows of kv, ``-1`` or ``>= s_kv`` invalid; attn_sink: float32 ``[h_q]``; topk_length:
+    int32 ``[s_q]``. ``d_v = 512``: V is the first 512 columns of each row (V3.2, ``d_qk = 576``) or the whole row
+    (V4, ``d_qk = 512``). Returns out ``[s_q, h_q, d_v]`` (q's dtype), max_logits and lse float32 ``[s_q, h_q]``:
+    the largest ``sm_scale * <q, k>`` and the natural-log LSE over the valid keys, without the sink (FlashMLA's
+    tests/ref.py); a row with no valid key gets ``max_logits = -inf``, ``lse = +inf`` and ``out = 0``.
+
+    MLAKit runs it as sparse decode with one query token per request (``b = s_q``) over a cache of one page of
+    ``s_kv`` rows, viewing the caller's arrays without copying them.
+    """
+    s_q, h_q, d_qk = (int(x) for x in q.shape)
+    s_kv, h_kv, kv_dim = (int(x) for x in kv.shape)
+    if h_kv != 1:
+        raise ValueError(f"kv.shape[1]={h_kv}: MLA has one latent KV head (h_kv must be 1)")
+    if kv_dim != d_qk:
+        raise ValueError(f"kv.shape[2]={kv_dim}: must equal q.shape[2]={d_qk}")
+    d_v = int(d_v)
+    v_whole_row = d_v == d_qk  # DeepSeek V4: 448 + 64, V = the whole row
+    d_c = d_qk - _DS_V4_ROPE if v_whole_row else d_v
+    cache = mlakit.KvCache(kv.reshape(1, s_kv, 1, d_qk), d_c=d_c, d_r=d_qk - d_c, v_whole_row=v_whole_row)
+    topk = int(indices.shape[-1])
+    out = _arrays.empty(q, (s_q, 1, h_q, d_v))
+    lse = _arrays.empty(q, (s_q, 1, h_q), _arrays.FLOAT32)
+    max_logits = _arrays.empty(q, (s_q, 1, h_q), _arrays.FLOAT32)
+    mlakit.sparse_decode(
+        q.reshape(s_q, 1, h_q, d_qk),
+        cache,
+        _arrays.where_ge_to_minus_one(indices, s_kv).reshape(s_q, 1, topk),
+        out,
+        lse,
+        softmax_scale=float(sm_scale),
+        topk_length=topk_length,
+        attn_sink=attn_sink,
+        max_logits=max_logits,
+    )
+    lse = _arrays.neg_inf_to_pos_inf(lse.reshape(s_q, h_q))  # a row with no key: MLAKit -inf -> FlashMLA +inf
+    return out.reshape(s_q, h_q, d_v), max_logits.reshape(s_q, h_q), lse

@@ -180,6 +180,9 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) 
     return Status::not_supported("extra_indices: " + path +
                                  " does not implement the extra cache yet (the reference backend does)");
   }
+  if (p.max_logits.defined()) {
+    return Status::not_supported("max_logits: " + path + " does not write it yet (the reference backend does)");
+  }
   if (sparse_requests(p) > INT32_MAX) {
     return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
                                  " schedules each query token as one request, at most " + std::to_string(INT32_MAX));
