@@ -21,25 +21,37 @@ namespace {
 
 constexpr int64_t kPage = 3;  // tokens per page: odd, so a page's scale blocks start off any power of two
 
-/// A zeroed fp8_ds_v4 cache of `pages` pages, packed as FlashMLA pads them.
-struct DsV4Cache {
-  std::vector<uint8_t> bytes;
+/// A zeroed cache with DeepSeek V4's geometry: fp8_ds_v4 pages padded as FlashMLA pads them, or packed rows of
+/// another format. block() and scales() address an fp8_ds_v4 token's two parts.
+struct TestCache {
+  std::vector<uint8_t> pages;
   KvCacheView view;
-  explicit DsV4Cache(int64_t pages)
-      : bytes(size_t(pages * ds_v4::packed_page_bytes(kPage)), 0),
-        view(KvCacheView::contiguous(bytes.data(), KvFormat::kFP8DsV4, pages, kPage, MlaDims::deepseek_v4())) {}
-  uint8_t* block(int64_t page, int64_t row) { return bytes.data() + page * view.pages.stride[0] + row * 576; }
+  TestCache(KvFormat f, int64_t num_pages, int64_t page_size, float kv_scale = 1.0f) {
+    const MlaDims dims = MlaDims::deepseek_v4();
+    const int64_t page_bytes = f == KvFormat::kFP8DsV4 ? ds_v4::packed_page_bytes(page_size)
+                                                       : page_size * kv_row_bytes(f, dims.d_c, dims.d_r);
+    pages.assign(size_t(num_pages * page_bytes), 0);
+    view = KvCacheView::contiguous(pages.data(), f, num_pages, page_size, dims);
+    view.kv_scale_value = kv_scale;
+  }
+  TestCache(const TestCache&) = delete;  // view points into pages
+  TestCache& operator=(const TestCache&) = delete;
+  void put(int64_t id, const float* row) { reference::encode_kv_token(view, row, id / view.page_size(), id % view.page_size()); }
+  uint8_t* block(int64_t page, int64_t row) { return pages.data() + page * view.pages.stride[0] + row * 576; }
   uint8_t* scales(int64_t page, int64_t row) {
-    return bytes.data() + page * view.pages.stride[0] + kPage * 576 + row * 8;
+    return pages.data() + page * view.pages.stride[0] + view.page_size() * 576 + row * 8;
   }
 };
+
+/// An fp8_ds_v4 cache of `num_pages` pages of kPage tokens.
+TestCache ds_v4_cache(int64_t num_pages) { return TestCache(KvFormat::kFP8DsV4, num_pages, kPage); }
 
 TEST(DsV4Format, PackedPageStrideIsFlashMlas) {
   EXPECT_EQ(ds_v4::packed_page_bytes(64), 37440);   // the golden caches' page bytes
   EXPECT_EQ(ds_v4::packed_page_bytes(2), 1728);
   EXPECT_EQ(ds_v4::packed_page_bytes(256), 149760);
-  EXPECT_EQ(DsV4Cache(2).view.pages.stride[0], ds_v4::packed_page_bytes(kPage));
-  EXPECT_EQ(DsV4Cache(2).view.pages.stride[1], 584);
+  EXPECT_EQ(ds_v4_cache(2).view.pages.stride[0], ds_v4::packed_page_bytes(kPage));
+  EXPECT_EQ(ds_v4_cache(2).view.pages.stride[1], 584);
 }
 
 // Token (1, 2) holds every e4m3 code (NaN codes replaced by 448, which also fixes each group's amax) under one
@@ -51,7 +63,7 @@ TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
   std::mt19937 rng(7);
   for (int e = 114; e <= 245; ++e) {
     SCOPED_TRACE("exponent " + std::to_string(e));
-    DsV4Cache golden(2), written(2);
+    TestCache golden = ds_v4_cache(2), written = ds_v4_cache(2);
     uint8_t* block = golden.block(1, 2);
     uint8_t* scales = golden.scales(1, 2);
     for (int i = 0; i < ds_v4::kDimC; ++i) {
@@ -73,14 +85,14 @@ TEST(DsV4Format, ReaderAndWriterOverEveryCodeAndScaleExponent) {
     for (int i = 0; i < ds_v4::kDimR; ++i) ASSERT_EQ(values[size_t(448 + i)], bf16_to_float(k_pe[size_t(i)]));
 
     reference::encode_kv_token(written.view, values.data(), 1, 2);
-    EXPECT_EQ(written.bytes, golden.bytes);  // every byte, the unused scale byte (0) and the other tokens included
+    EXPECT_EQ(written.pages, golden.pages);  // every byte, the unused scale byte (0) and the other tokens included
   }
 }
 
 // The reader alone over every exponent byte, the ones no writer produces included (0: 2^-127; 255: 2^128 = inf in
 // float32, so a nonzero code reads as +-inf and a zero code as NaN, as the formula of docs/spec.md section 4 says).
 TEST(DsV4Format, ReaderOverEveryExponentByte) {
-  DsV4Cache c(1);
+  TestCache c = ds_v4_cache(1);
   for (int i = 0; i < ds_v4::kDimC; ++i) c.block(0, 0)[i] = uint8_t(i % 256);
   std::vector<float> values(512);
   for (int e = 0; e < 256; ++e) {
@@ -99,7 +111,7 @@ TEST(DsV4Format, ReaderOverEveryExponentByte) {
 
 // An amax above 448 x 2^119 (up to FLT_MAX) needs 2^120: exponent byte 247, the largest the writer produces.
 TEST(DsV4Format, WriterRuleAtTheTopOfTheFloatRange) {
-  DsV4Cache c(1);
+  TestCache c = ds_v4_cache(1);
   std::vector<float> x(512, 1.0f);
   x[3] = std::numeric_limits<float>::max();   // group 0
   x[64] = -448.0f * std::ldexp(1.0f, 119);    // group 1: exactly 448 x 2^119 -> 2^119
@@ -111,7 +123,7 @@ TEST(DsV4Format, WriterRuleAtTheTopOfTheFloatRange) {
 
 TEST(DsV4Format, WriterRuleOnRandomRows) {  // docs/spec.md 4: smallest power of two >= max(amax / 448, 1e-4)
   std::mt19937 rng(11);
-  DsV4Cache c(1);
+  TestCache c = ds_v4_cache(1);
   for (float range : {1e-6f, 0.03f, 1.0f, 300.0f}) {
     std::vector<float> x(512);
     for (auto& v : x) v = std::uniform_real_distribution<float>(-range, range)(rng);
@@ -136,7 +148,7 @@ struct V4Call {
   std::vector<uint16_t> q, out;
   std::vector<float> lse;
   std::vector<int32_t> idx;
-  DsV4Cache cache{2};
+  TestCache cache = ds_v4_cache(2);
   SparseDecodeProblem p;
   V4Call() : q(2 * 4 * 512), out(2 * 4 * 512), lse(2 * 4), idx(2 * 5, 0) {
     p.q = TensorView::contiguous(q.data(), DType::kBF16, {2, 1, 4, 512});
@@ -214,19 +226,6 @@ TEST(DsV4Validation, NamesFieldValueAndRule) {
 // combined numbering) and combined (pages of 1, rows 0-37), so an id split between main and extra names the same
 // row as its combined id. A reference that resolved extra ids in the main cache, with the main page size, or with
 // the main cache's fp8_e4m3 scale fails these tests.
-struct TestCache {
-  std::vector<uint8_t> pages;
-  KvCacheView view;
-  TestCache(KvFormat f, int64_t num_pages, int64_t page_size, float kv_scale) {
-    const MlaDims dims = MlaDims::deepseek_v4();
-    const int64_t page_bytes = f == KvFormat::kFP8DsV4 ? ds_v4::packed_page_bytes(page_size)
-                                                       : page_size * kv_row_bytes(f, dims.d_c, dims.d_r);
-    pages.assign(size_t(num_pages * page_bytes), 0);
-    view = KvCacheView::contiguous(pages.data(), f, num_pages, page_size, dims);
-    view.kv_scale_value = kv_scale;
-  }
-  void put(int64_t id, const float* row) { reference::encode_kv_token(view, row, id / view.page_size(), id % view.page_size()); }
-};
 
 class ExtraCache : public ::testing::TestWithParam<KvFormat> {
  protected:

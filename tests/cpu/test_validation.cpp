@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/overlap.h"
 #include "common/decode_case.h"
 #include "core/check.h"
 #include "mlakit/problems.h"
@@ -146,22 +147,8 @@ TEST(TensorViewArithmetic, NumelAndStridesSaturateInsteadOfOverflowing) {
 
 // ---- outputs that overlap inputs (docs/spec.md section 9) ----
 
-/// "[begin, end)" of a view with non-negative strides, as validate() prints it.
-std::string span(const TensorView& t) {
-  int64_t last = 0;
-  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.stride[i];
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  const uintptr_t end = begin + uintptr_t((last + 1) * int64_t(dtype_size(t.dtype)));
-  char text[64];
-  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
-                static_cast<unsigned long long>(end));
-  return text;
-}
-
-std::string overlap(const std::string& out, const TensorView& a, const std::string& in, const TensorView& b,
-                    const std::string& rule) {
-  return out + ": overlaps " + in + " (bytes " + span(a) + " and " + span(b) + "): " + rule;
-}
+using test::byte_span;
+using test::overlap;
 
 TEST(DecodeValidationAlias, OutputOverlappingAnInputIsRejected) {
   DecodeProblem p = shared_case().problem();
@@ -231,7 +218,7 @@ TEST(DecodeValidationAlias, Fp8ScaleInsideTheOutputIsRejected) {
   std::snprintf(scale, sizeof scale, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(at),
                 static_cast<unsigned long long>(at + 4));
   EXPECT_EQ(p.validate().message(),
-            "lse: overlaps kv.kv_scale (bytes " + span(p.lse) + " and " + scale + "): outputs must not alias inputs");
+            "lse: overlaps kv.kv_scale (bytes " + byte_span(p.lse) + " and " + scale + "): outputs must not alias inputs");
   p.kv.format = KvFormat::kBF16;  // other formats never read kv_scale: it may point anywhere
   p.kv.pages = shared_case().problem().kv.pages;
   EXPECT_TRUE(p.validate().ok());

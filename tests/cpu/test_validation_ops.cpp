@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/overlap.h"
 #include "mlakit/problems.h"
 
 namespace mlakit {
@@ -249,22 +250,7 @@ TEST(GatherKvValidation, Rules) {
 
 // ---- outputs that overlap inputs (docs/spec.md section 9), and the in-place forms that stay allowed ----
 
-/// "[begin, end)" of a view with non-negative strides, as validate() prints it.
-std::string span(const TensorView& t) {
-  int64_t last = 0;
-  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.stride[i];
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  const uintptr_t end = begin + uintptr_t((last + 1) * int64_t(dtype_size(t.dtype)));
-  char text[64];
-  std::snprintf(text, sizeof text, "[0x%llx, 0x%llx)", static_cast<unsigned long long>(begin),
-                static_cast<unsigned long long>(end));
-  return text;
-}
-
-std::string overlap(const std::string& out, const TensorView& a, const std::string& in, const TensorView& b,
-                    const std::string& rule = "outputs must not alias inputs") {
-  return out + ": overlaps " + in + " (bytes " + span(a) + " and " + span(b) + "): " + rule;
-}
+using test::overlap;
 
 template <typename Problem>
 void expect_ok(const Problem& p) {
