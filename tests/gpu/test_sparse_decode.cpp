@@ -17,6 +17,7 @@
 
 #include "common/compare.h"
 #include "common/decode_case.h"
+#include "common/golden.h"
 #include "common/npy.h"
 #include "reference/ops.h"
 #include "test_cache_util.h"
@@ -429,15 +430,35 @@ TEST(SparseSelection, HopperPathChosenWhereItRuns) {
   }
 }
 
-// ---- FlashMLA's own sparse outputs (fp8_ds_mla caches), through the native API on the device ----
+// ---- FlashMLA's own sparse outputs (fp8_ds_mla caches), through the native API on the device: the two cases of
+// flashmla/ (pages of 64 rows) and the V3.2 cases of flashmla_sparse/ (pages of 61 and 2 rows, page strides padded
+// by one row, an attention sink with +inf and -inf heads) ----
+struct SparseGoldenInput {
+  std::string dir, name;
+  int64_t page_size;  // 0: from the cache's shape [num_pages, P, 1, 656]; else the cache is [num_pages, page_bytes]
+  float softmax_scale;
+};
+
+std::vector<SparseGoldenInput> sparse_golden_inputs() {
+  const std::string root = std::string(MLAKIT_TESTDATA_DIR);
+  std::vector<SparseGoldenInput> in = {{root + "/flashmla", "sparse_b1_sq1_h128_topk256", 0, kDeepSeekSoftmaxScale},
+                                       {root + "/flashmla", "sparse_b2_sq2_h64_topk128", 0, kDeepSeekSoftmaxScale}};
+  for (const std::string& c : manifest_cases(root + "/flashmla_sparse/manifest.json")) {
+    if (string_field(c, "layout") != "v32") continue;
+    in.push_back({root + "/flashmla_sparse", string_field(c, "name"), int64_t(number_field(c, "page_size", 0)),
+                  float(number_field(c, "softmax_scale", 0))});
+  }
+  return in;
+}
+
 TEST_P(SparseGolden, FlashMlaSparseCases) {
   SPARSE_BACKEND_OR_SKIP(be, GetParam());
-  const std::string dir = std::string(MLAKIT_TESTDATA_DIR) + "/flashmla";
   int cases = 0;
-  for (const char* name : {"sparse_b1_sq1_h128_topk256", "sparse_b2_sq2_h64_topk128"}) {
-    SCOPED_TRACE(name);
-    const std::string base = dir + "/" + name + "/";
-    NpyArray q, kv, idx, out, lse;
+  for (const SparseGoldenInput& gi : sparse_golden_inputs()) {
+    SCOPED_TRACE(gi.name);
+    const std::string& dir = gi.dir;
+    const std::string base = dir + "/" + gi.name + "/";
+    NpyArray q, kv, idx, out, lse, sink;
     std::string err;
     if (!load_npy(base + "q.npy", &q, &err)) GTEST_SKIP() << "no golden data at " << dir << ": " << err;
     ASSERT_TRUE(load_npy(base + "kv_cache.npy", &kv, &err)) << err;
@@ -445,21 +466,26 @@ TEST_P(SparseGolden, FlashMlaSparseCases) {
     ASSERT_TRUE(load_npy(base + "out.npy", &out, &err)) << err;
     ASSERT_TRUE(load_npy(base + "lse.npy", &lse, &err)) << err;
     const int64_t b = q.shape[0], s_q = q.shape[1], h_q = q.shape[2], topk = idx.shape[2];
-    const int64_t num_pages = kv.shape[0], page = kv.shape[1];
-    DeviceBuffer dq, dkv, didx, dout(size_t(b * s_q * h_q * kDimC * 2)), dlse(size_t(b * s_q * h_q * 4));
+    const int64_t num_pages = kv.shape[0], page = gi.page_size > 0 ? gi.page_size : kv.shape[1];
+    const int64_t page_bytes = gi.page_size > 0 ? kv.shape[1] : page * ds_mla::kRowBytes;
+    const bool has_sink = load_npy(base + "attn_sink.npy", &sink, &err);
+    DeviceBuffer dq, dkv, didx, dsink, dout(size_t(b * s_q * h_q * kDimC * 2)), dlse(size_t(b * s_q * h_q * 4));
     DeviceBuffer::upload(&dq, q.data);
     DeviceBuffer::upload(&dkv, kv.data);
     DeviceBuffer::upload(&didx, idx.data);
+    if (has_sink) DeviceBuffer::upload(&dsink, sink.data);
     SPARSE_CUDA(cudaMemset(dout.get(), kPoison, dout.bytes()));
     SPARSE_CUDA(cudaMemset(dlse.get(), kPoison, dlse.bytes()));
     SparseDecodeProblem p;
     const Device dev = Device::cuda(0);
     p.q = TensorView::contiguous(dq.get(), DType::kBF16, {b, s_q, h_q, 576}, dev);
     p.kv = KvCacheView::contiguous(dkv.get(), KvFormat::kFP8DsMla, num_pages, page, MlaDims{}, dev);
+    p.kv.pages.stride[0] = page_bytes;
     p.indices = TensorView::contiguous(didx.get(), DType::kInt32, {b, s_q, topk}, dev);
+    if (has_sink) p.attn_sink = TensorView::contiguous(dsink.get(), DType::kFP32, {h_q}, dev);
     p.out = TensorView::contiguous(dout.get(), DType::kBF16, {b, s_q, h_q, kDimC}, dev);
     p.lse = TensorView::contiguous(dlse.get(), DType::kFP32, {b, s_q, h_q}, dev);
-    p.softmax_scale = kDeepSeekSoftmaxScale;
+    p.softmax_scale = gi.softmax_scale;
     ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
     const Status sup = be->supports(p);
     ASSERT_TRUE(sup.ok()) << sup.to_string();
@@ -482,8 +508,8 @@ TEST_P(SparseGolden, FlashMlaSparseCases) {
         for (int64_t k = 0; k < topk; ++k) {
           const int32_t id = ids[size_t((bi * s_q + i) * topk + k)];
           if (id < 0) continue;
-          oracle_decode_row(KvFormat::kFP8DsMla, MlaDims{}, 1.0f, kv.data.data() + int64_t(id) * ds_mla::kRowBytes,
-                            row.data());
+          const uint8_t* bytes = kv.data.data() + (id / page) * page_bytes + (id % page) * ds_mla::kRowBytes;
+          oracle_decode_row(KvFormat::kFP8DsMla, MlaDims{}, 1.0f, bytes, row.data());
           for (int64_t col = 0; col < kDimC; ++col) vm = std::max(vm, std::fabs(row[size_t(col)]));
         }
         for (int64_t h = 0; h < h_q; ++h) {
@@ -497,7 +523,7 @@ TEST_P(SparseGolden, FlashMlaSparseCases) {
     EXPECT_TRUE(check_lse(got_lse, ref_lse));
     ++cases;
   }
-  EXPECT_EQ(cases, 2);
+  EXPECT_EQ(cases, 4);
 }
 
 }  // namespace
