@@ -87,6 +87,17 @@ __global__ void unscaled_kernel(Mismatches* bf16_bad, Mismatches* fp16_bad) {
   check8(v, 1.0f, cuda::decode::e4m3x8_to<true>(in), cuda::decode::e4m3x8_to<false>(in), bf16_bad, fp16_bad);
 }
 
+/// The arithmetic e4m3 pair decoder (what devices below sm_89 run) over all 65,536 byte pairs, against numeric.h.
+__global__ void arith_pairs_kernel(Mismatches* bad) {
+  const uint32_t v = blockIdx.x * blockDim.x + threadIdx.x;
+  if (v >= 65536u) return;
+  const uint32_t h = cuda::e4m3x2_to_half2_arith(uint16_t(v));
+  for (uint32_t k = 0; k < 2; ++k) {
+    const uint8_t code = uint8_t(v >> (8 * k));
+    if (!same16(uint16_t(h >> (16 * k)), float_to_fp16(e4m3_to_float(code)), false)) report(bad, 1.0f, v);
+  }
+}
+
 void expect_none(const Mismatches& m, const char* what) {
   EXPECT_EQ(m.count, 0ull) << what << ": " << m.count << " results differ from numeric.h, e.g. scale bits 0x"
                            << std::hex << m.scale_bits[0] << " code 0x" << m.code[0] << ", scale bits 0x"
@@ -120,6 +131,17 @@ TEST(Dequant, GroupScaledMatchesFp32ProductForEveryCodeAndScale) {
   const auto host = buf.download<Mismatches>(2);
   expect_none(host[0], "e4m3 x scale -> bf16");
   expect_none(host[1], "e4m3 x scale -> fp16");
+}
+
+TEST(Dequant, ArithmeticPairDecoderOfPreAdaDevicesMatchesForEveryPair) {
+  CACHE_TEST_REQUIRE_CUDA(cuda);
+  (void)cuda;
+  DeviceBuffer buf(sizeof(Mismatches));
+  CACHE_TEST_CUDA(cudaMemset(buf.get(), 0, sizeof(Mismatches)));
+  arith_pairs_kernel<<<256, 256>>>(buf.as<Mismatches>());
+  CACHE_TEST_CUDA(cudaGetLastError());
+  CACHE_TEST_CUDA(cudaDeviceSynchronize());
+  expect_none(buf.download<Mismatches>(1)[0], "arithmetic e4m3x2 -> half2");
 }
 
 }  // namespace

@@ -94,21 +94,31 @@ __device__ __forceinline__ uint32_t pack_float2(float lo, float hi) {
   }
 }
 
-/// Two e4m3 bytes (low byte = element 0) -> half2 bits, exactly (every e4m3 value is an fp16 value).
+/// The arithmetic form of e4m3x2_to_half2, which devices without cvt.f16x2.e4m3x2 (below sm_89) run; kept callable on
+/// every device so that tests/gpu/test_dequant.cu checks it on the GPU it has. Moves each byte's exponent and mantissa
+/// into fp16 position: S.EEEE.MMM -> S.0EEEE.MMM0000000, which is the e4m3 value times 2^-8 (bias 15 instead of 7) for
+/// normals and subnormals alike; then multiplies by 2^8, exact in fp16. The NaN codes (0x7f, 0xff) would come out as
+/// +-480, so their lanes are replaced by fp16 NaN with the code's sign.
+__device__ __forceinline__ uint32_t e4m3x2_to_half2_arith(uint16_t v) {
+  const uint32_t x = (uint32_t(v) & 0xffu) | ((uint32_t(v) & 0xff00u) << 8);
+  uint32_t h = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
+  constexpr uint32_t kTwoPow8x2 = 0x5c005c00u;  // half2(256, 256)
+  __half2 hv = __hmul2(*reinterpret_cast<__half2*>(&h), *reinterpret_cast<const __half2*>(&kTwoPow8x2));
+  uint32_t r = *reinterpret_cast<uint32_t*>(&hv);
+  if ((v & 0x7fu) == 0x7fu) r = (r & 0xffff0000u) | 0x7e00u | ((uint32_t(v) & 0x80u) << 8);
+  if ((v & 0x7f00u) == 0x7f00u) r = (r & 0x0000ffffu) | 0x7e000000u | ((uint32_t(v) & 0x8000u) << 16);
+  return r;
+}
+
+/// Two e4m3 bytes (low byte = element 0) -> half2 bits, exactly (every e4m3 value is an fp16 value; NaN codes give
+/// fp16 NaN).
 __device__ __forceinline__ uint32_t e4m3x2_to_half2(uint16_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t r;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(v));
   return r;
 #else
-  // Move each byte's exponent and mantissa into fp16 position: S.EEEE.MMM -> S.0EEEE.MMM0000000, which
-  // is the e4m3 value times 2^-8 (bias 15 instead of 7) for normals and subnormals alike; then
-  // multiply by 2^8, exact in fp16.
-  const uint32_t x = (uint32_t(v) & 0xffu) | ((uint32_t(v) & 0xff00u) << 8);
-  uint32_t h = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
-  constexpr uint32_t kTwoPow8x2 = 0x5c005c00u;  // half2(256, 256)
-  __half2 hv = __hmul2(*reinterpret_cast<__half2*>(&h), *reinterpret_cast<const __half2*>(&kTwoPow8x2));
-  return *reinterpret_cast<uint32_t*>(&hv);
+  return e4m3x2_to_half2_arith(v);
 #endif
 }
 

@@ -149,9 +149,11 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       const uint32_t st = g & 1;
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
-      if constexpr (kKind != KvKind::k16Bit) {  // fp8: Q first, since the tile's loads complete in registers
-        if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);
+      if constexpr (kKind != KvKind::k16Bit) {
+        // The tile before Q, as for 16-bit caches: Q waits for the previous piece's last Q K^T, and converting this
+        // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece).
         load_tile_fp8<kBf16, kKind, kSparse>(p, pc.req, pc.len, t0, j + 1 < pc.n_tiles, sm, st, free_parity, ptid);
+        if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }
       const bool tma = use_tma && t0 + kBlockN <= pc.len;

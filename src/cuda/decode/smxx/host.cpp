@@ -2,6 +2,7 @@
 
 #include "cuda/decode/smxx/host.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -142,8 +143,11 @@ KvKind kv_kind(KvFormat f) {
   switch (f) {
     case KvFormat::kFP8E4M3: return KvKind::kE4M3;
     case KvFormat::kFP8DsMla: return KvKind::kDsMla;
-    default: return KvKind::k16Bit;
+    case KvFormat::kBF16:
+    case KvFormat::kFP16: return KvKind::k16Bit;
+    case KvFormat::kFP8DsV4: break;  // refused by check_q_kv_out before any kernel is chosen
   }
+  std::abort();  // a format no kernel reads reached a launch: never read its pages as another layout
 }
 
 int64_t query_rows(const DecodeProblem& p) { return p.s_q() * p.h_q(); }
