@@ -8,7 +8,7 @@
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
 #   GPU_CHECK_SPARSE_BENCH_ARGS (default "--preset anchors"),
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
-#   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1. Each stage reuses the build of the last call.
+#   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1; GPU_CHECK_CP_BENCH=1 adds `mlakit bench --mode cp`. Each stage reuses the build of the last call.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) in the repository root: copy
 # /usr/src/googletest there and carry it. The golden vectors come from the repository (tests/data), unpacked
 # into the build folder when CMake configures.
@@ -18,6 +18,8 @@ OUT_DIR=${1:-${OUT:-$ROOT/gpu-check-out}}
 BUILD=${GPU_CHECK_BUILD:-$ROOT/build-gpu}
 ARCHS=${GPU_CHECK_ARCHS:-90a}
 mkdir -p "$OUT_DIR"
+# The multi-GPU machines' rule (device tool KINDS.md): never NVLink multicast, in NCCL or anything it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
@@ -64,7 +66,9 @@ fi
 # row-group count, the graph test and the all-empty batch; every other test program whole (they are small).
 P=Cuda/DecodeMatrix.MatchesReference
 S=Cuda/SparseMatrix.MatchesReference
+C=ContextParallel/ShardedDecode.RanksMergeToTheUnshardedDecode  # /0 cuda bf16 h16, /8 cuda e4m3 h128, /14 sm90 bf16 h128, /22 sm90 ds_mla h63
 declare -A SAN_FILTER=(
+  [gpu_test_context_parallel]="$C/0:$C/8:$C/14:$C/22:ShardHelpers.*"
   [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
   [gpu_test_sparse_decode]="$S/cuda_bf16_h16:$S/cuda_fp8_ds_mla_h128:$S/cuda_fp8_e4m3_h3:$S/cuda_fp16_h63:$S/cuda_sm90_bf16_h16:$S/cuda_sm90_bf16_h128:$S/cuda_sm90_fp16_h63:$S/cuda_sm90_fp8_ds_mla_h128:$S/cuda_sm90_fp8_e4m3_h32:Cuda/SparseEdges.AllInvalidRowsAndEmptyLengths/*:Cuda/SparseEdges.IdsPastTheCacheAreNoKey/*:Cuda/SparseEdges.SplitRequestWithSink/*:Cuda/SparseEdges.PaddedPageStride/*:Cuda/SparseGraph.*"
 )
@@ -94,6 +98,11 @@ start=$(date +%s)
 "$BUILD/tools/mlakit/mlakit" bench --mode sparse ${GPU_CHECK_SPARSE_BENCH_ARGS:---preset anchors} \
   >> "$OUT_DIR/bench.txt" 2>> "$OUT_DIR/bench.err"
 note "mlakit bench --mode sparse rc=$? in $(elapsed $start)"
+if [ "${GPU_CHECK_CP_BENCH:-0}" = 1 ]; then  # context-parallel decode over every visible GPU (issue 12)
+  start=$(date +%s)
+  "$BUILD/tools/mlakit/mlakit" bench --mode cp --json "$OUT_DIR/bench_cp.json" >> "$OUT_DIR/bench.txt" 2>> "$OUT_DIR/bench.err"
+  note "mlakit bench --mode cp rc=$? in $(elapsed $start)"
+fi
 if [ "${GPU_CHECK_SKIP_CACHE_BENCH:-0}" != 1 ]; then
   start=$(date +%s)
   for mode in "append" "append --rope" "gather"; do

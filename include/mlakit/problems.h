@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "mlakit/context_shard.h"
 #include "mlakit/kv_format.h"
 #include "mlakit/status.h"
 #include "mlakit/types.h"
@@ -62,12 +63,18 @@ inline constexpr int64_t kMaxQueryTokens = 8;
 struct DecodeProblem {
   TensorView q;            ///< bf16|fp16 [b, s_q, h_q, d_qk]
   KvCacheView kv;          ///< paged cache
-  TensorView block_table;  ///< int32 [b, max_pages]; entries past ceil(L_b / P) are never read
+  TensorView block_table;  ///< int32 [b, max_pages]; entries past ceil(L_b' / P) are never read (L_b' below)
   TensorView seq_lens;     ///< int32 [b], L_b >= 0 including the s_q new tokens
   TensorView out;          ///< dtype of q [b, s_q, h_q, d_v]
   TensorView lse;          ///< optional float32 [b, s_q, h_q], natural log, -inf for empty rows
   float softmax_scale = 0.0f;  ///< tau; required, there is no default
   bool causal = false;         ///< query row i sees keys j <= L_b - s_q + i
+  /// Context parallelism (docs/spec.md section 11). When shard.world > 1, seq_lens still hold the global L_b,
+  /// while kv and block_table hold only this rank's tokens (local token k of request b is row k % P of page
+  /// block_table[b][k / P]); the call attends over them: L_b' = shard.owned_before(L_b) keys, and under the
+  /// causal rule query row i sees the owned tokens among the global tokens [0, L_b - s_q + i]. Merging the
+  /// ranks' (out, lse) by section 6 gives the unsharded result.
+  ContextShard shard{};
 
   int64_t batch() const { return q.shape[0]; }
   int64_t s_q() const { return q.shape[1]; }

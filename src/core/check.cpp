@@ -263,12 +263,21 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
   return {};
 }
 
-Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv) {
+Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv,
+                            const ContextShard& shard) {
   const int64_t p = kv.page_size();
   const int64_t max_pages = block_table.shape[1];
   for (int64_t b = 0; b < seq_lens.shape[0]; ++b) {
-    const int64_t len = seq_lens.ptr<const int32_t>()[b * seq_lens.stride[0]];
+    const int64_t global_len = seq_lens.ptr<const int32_t>()[b * seq_lens.stride[0]];
     const std::string len_field = "seq_lens[" + std::to_string(b) + "]";
+    if (shard.sharded()) MLAKIT_TRY(range(len_field, global_len, 0, INT32_MAX, "a token count"));
+    const int64_t len = shard.sharded() ? shard.owned_before(global_len) : global_len;  // tokens in this rank's pages
+    if (shard.sharded() && len > max_pages * p) {
+      return fail(len_field, global_len,
+                  "shard rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.world) + " holds " +
+                      std::to_string(len) + " of these tokens, more than max_pages * page_size = " +
+                      std::to_string(max_pages * p));
+    }
     MLAKIT_TRY(range(len_field, len, 0, max_pages * p, "max_pages * page_size"));
     const int64_t pages_used = (len + p - 1) / p;
     const int32_t* row = block_table.ptr<const int32_t>() + b * block_table.stride[0];
@@ -277,6 +286,18 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
       return range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
                    kv.num_pages() - 1, "a page of the cache, used by " + len_field);
     }
+  }
+  return {};
+}
+
+Status context_shard(const ContextShard& shard, std::string_view name) {
+  const std::string n(name);
+  MLAKIT_TRY(range(n + ".world", shard.world, 1, kMaxShardCycle, "GPUs of the context-parallel group"));
+  MLAKIT_TRY(range(n + ".rank", shard.rank, 0, shard.world - 1, n + ".world - 1"));
+  MLAKIT_TRY(range(n + ".interleave", shard.interleave, 1, kMaxShardCycle, "tokens per run"));
+  const int64_t cycle = int64_t(shard.world) * shard.interleave;
+  if (cycle > kMaxShardCycle) {
+    return fail(n + ".world * " + n + ".interleave", cycle, "must be at most 2^30");
   }
   return {};
 }

@@ -77,6 +77,10 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
                 PageRule page_rule = PageRule::kPowerOfTwo);
 
 /// For CPU-resident inputs only: L_b in [0, max_pages * P] and every page in use in [0, num_pages).
-Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv);
+Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv,
+                            const ContextShard& shard = {});
+/// A context shard (docs/spec.md section 11): world >= 1, rank in [0, world), interleave >= 1,
+/// world x interleave <= kMaxShardCycle. `name` prefixes the fields ("shard").
+Status context_shard(const ContextShard& shard, std::string_view name);
 
 }  // namespace mlakit::check

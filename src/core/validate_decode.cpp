@@ -85,7 +85,8 @@ Status DecodeProblem::validate() const {
   MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
                              {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
                               check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens")}));
-  if (q.device.is_cpu()) MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, kv));
+  MLAKIT_TRY(check::context_shard(shard, "shard"));
+  if (q.device.is_cpu()) MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, kv, shard));
   return {};
 }
 

@@ -14,7 +14,8 @@
 namespace mlakit::reference {
 namespace {
 
-/// Dequantised rows [0, L_b) of request `b`: token t is row t % P of page block_table[b][t / P].
+/// Dequantised rows [0, len) of request `b` (its local tokens when sharded): token t is row t % P of page
+/// block_table[b][t / P].
 /// Only block-table entries < ceil(L_b / P) and rows < L_b are read.
 std::vector<float> load_request_rows(const DecodeProblem& p, int64_t b, int64_t len) {
   const int64_t d_qk = p.kv.dims.d_qk();
@@ -27,10 +28,11 @@ std::vector<float> load_request_rows(const DecodeProblem& p, int64_t b, int64_t 
   return rows;
 }
 
-/// Keys query row `i` sees: all L_b, or under the causal rule j <= L_b - s_q + i (none when negative).
-int64_t visible_keys(const DecodeProblem& p, int64_t len, int64_t i) {
+/// Keys query row `i` sees among the `len` rows of this rank: all, or under the causal rule the rank's tokens among
+/// the global tokens j <= L_b - s_q + i (none when negative). Unsharded, the rank holds every token.
+int64_t visible_keys(const DecodeProblem& p, int64_t global_len, int64_t len, int64_t i) {
   if (!p.causal) return len;
-  return std::clamp<int64_t>(len - p.s_q() + i + 1, 0, len);
+  return std::clamp<int64_t>(p.shard.owned_before(global_len - p.s_q() + i + 1), 0, len);
 }
 
 /// Query row (b, i, h) over the first `n_keys` rows of its request.
@@ -54,11 +56,12 @@ void attend_row(const DecodeProblem& p, const std::vector<float>& rows, int64_t 
 Status decode(const DecodeProblem& p) {
   const int64_t s_q = p.s_q(), h_q = p.h_q();
   for (int64_t b = 0; b < p.batch(); ++b) {
-    const int64_t len = load_int(p.seq_lens, offset_of(p.seq_lens, b));
+    const int64_t global_len = load_int(p.seq_lens, offset_of(p.seq_lens, b));
+    const int64_t len = p.shard.owned_before(global_len);  // docs/spec.md section 11: this rank's tokens
     const std::vector<float> rows = load_request_rows(p, b, len);
     parallel_for(s_q * h_q, [&](int64_t ih) {
       const int64_t i = ih / h_q, h = ih % h_q;
-      attend_row(p, rows, visible_keys(p, len, i), b, i, h);
+      attend_row(p, rows, visible_keys(p, global_len, len, i), b, i, h);
     });
   }
   return {};

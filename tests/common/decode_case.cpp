@@ -229,7 +229,51 @@ DecodeProblem DecodeCase::problem(const DecodeBuffers& at, Device device) const 
   if (cfg.with_lse) p.lse = TensorView::contiguous(at.lse, DType::kFP32, {batch, cfg.s_q, cfg.h_q}, device);
   p.softmax_scale = cfg.softmax_scale;
   p.causal = cfg.causal;
+  p.shard = cfg.shard;
   return p;
+}
+
+DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed) {
+  const DecodeCaseConfig& cfg = whole.config;
+  DecodeCase c = whole;
+  c.config.shard = shard;
+  std::mt19937_64 rng(seed);
+  const int64_t P = cfg.page_size;
+  std::vector<int64_t> pages_of(size_t(c.batch));
+  int64_t used_pages = 0, max_pages = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    pages_of[size_t(b)] = (shard.owned_before(whole.seq_lens[size_t(b)]) + P - 1) / P;
+    used_pages += pages_of[size_t(b)];
+    max_pages = std::max(max_pages, pages_of[size_t(b)]);
+  }
+  c.num_pages = used_pages + cfg.extra_pages;
+  std::vector<int32_t> pool(size_t(c.num_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  c.table_columns = std::max<int64_t>(1, max_pages + cfg.extra_table_columns);
+  c.table_row_stride = c.table_columns + cfg.table_row_padding;
+  c.block_table.assign(size_t(c.batch * c.table_row_stride), kTablePadding);
+  size_t next = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t k = 0; k < c.table_columns; ++k) {
+      c.block_table[size_t(b * c.table_row_stride + k)] = k < pages_of[size_t(b)] ? pool[next++] : kUnusedPage;
+    }
+  }
+  const int64_t row_bytes = cache_view(nullptr, cfg.format, cfg.dims, 1, P, 0, nullptr, cfg.kv_scale, Device::cpu())
+                                .row_bytes();
+  c.cache.assign(size_t(c.num_pages * c.page_stride_bytes), kPoisonByte);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t t = 0; t < whole.seq_lens[size_t(b)]; ++t) {
+      if (shard.owner(t) != shard.rank) continue;
+      const int64_t k = shard.local_index(t);
+      const int64_t from = whole.block_table[size_t(b * whole.table_row_stride + t / P)];
+      const int64_t to = c.block_table[size_t(b * c.table_row_stride + k / P)];
+      std::memcpy(c.cache.data() + to * c.page_stride_bytes + (k % P) * row_bytes,
+                  whole.cache.data() + from * whole.page_stride_bytes + (t % P) * row_bytes, size_t(row_bytes));
+    }
+  }
+  c.poison_outputs();
+  return c;
 }
 
 std::vector<float> DecodeCase::out_floats() const { return to_floats(out, config.q_dtype); }

@@ -51,6 +51,8 @@ struct DecodeCaseConfig {
   int64_t page_padding_bytes = 0;     ///< poisoned bytes between pages (page stride > P * row_bytes)
   bool with_lse = true;
   uint64_t seed = 1;
+  /// The problem's context shard. generate() always builds the whole cache; shard_case() builds one rank's part.
+  ContextShard shard{};
 };
 
 /// Where the buffers of a case live: host vectors by default, or device copies.
@@ -100,6 +102,11 @@ struct DecodeCase {
   /// request_vmax repeated for every output row [b, s_q, h_q], as check_out wants it.
   std::vector<float> row_vmax() const;
 };
+
+/// Rank `shard.rank`'s part of `whole` (docs/spec.md section 11): the same q, seq_lens (global) and outputs (poisoned),
+/// a cache holding only the tokens the rank owns, at their local indices, in pages drawn from a shuffled pool with
+/// poisoned extra pages, and a block table to match. kv_rows stay the whole request's (vmax over every rank's rows).
+DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed);
 
 struct SparseCaseConfig {
   int64_t batch = 2;

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "decode_spec.h"
 #include "cache_bench.h"
+#include "cp_bench.h"
 #include "decode_workload.h"
 #include "sparse_bench.h"
 #include "mlakit/registry.h"
@@ -25,7 +26,9 @@ constexpr int64_t kCpuAppendTokens = 4096;  // CPU stand-ins for the cache modes
 constexpr int64_t kCpuGatherRows = 65536;
 
 constexpr const char* kHelp = R"(usage: mlakit bench [options]
-  --mode M           decode (default) | sparse (sparse_decode) | append (append_kv) | gather (gather_kv)
+  --mode M           decode (default) | sparse (sparse_decode) | append (append_kv) | gather (gather_kv) |
+                     cp (context-parallel decode over this process's GPUs: issue 12's shapes on 1 and N GPUs)
+  --gpus N --interleave I   cp: GPUs (default: every visible one) and tokens per run of the shard rule (default 1)
   --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (the nine
                      anchor shapes of docs/performance.md; on a GPU without --backend, every CUDA decode path
                      the device runs, one row each)
@@ -305,7 +308,7 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> options = decode_options();
-  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk"});
+  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave"});
   Args args;
   if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
@@ -313,12 +316,22 @@ int cmd_bench(int argc, char** argv) {
     return s.ok() ? 0 : 2;
   }
   const std::string mode = args.get("mode", "decode");
-  if (mode != "decode" && mode != "sparse" && mode != "append" && mode != "gather") {
-    std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, append, gather\n", mode.c_str());
+  if (mode != "decode" && mode != "sparse" && mode != "append" && mode != "gather" && mode != "cp") {
+    std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, append, gather, cp\n", mode.c_str());
     return 2;
   }
   const Registry registry = make_default_registry();
   const Preference pref{args.get("backend", "")};
+  if (mode == "cp") {  // GPUs only; each rank makes its own DeviceMemory on its GPU
+    int64_t iters = 0;
+    Status s = args.get_int("iters", kGpuIters, &iters);
+    if (s.ok() && iters < 1) s = Status::invalid("--iters=" + std::to_string(iters) + ": must be >= 1");
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 2;
+    }
+    return bench_cp(args, registry, pref, iters);
+  }
 
   // Where to run: the named backend's device, else the GPU when there is one, else the CPU reference.
   std::unique_ptr<DeviceMemory> mem;

@@ -5,6 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "device_memory.h"
+#include "mlakit/context_parallel.h"
 #include "mlakit/registry.h"
 
 namespace mlakit::cli {
@@ -23,6 +24,7 @@ int cmd_info(int argc, char** argv) {
     std::unique_ptr<DeviceMemory> gpu;
     const Status why = make_cuda_memory(&gpu);
     std::printf("gpu: %s\n", gpu ? device_name(gpu->device()).c_str() : why.message().c_str());
+    std::printf("context-parallel decode (ContextParallelDecode over NCCL): %s\n", nccl_build_info().c_str());
     std::printf("\nbackends (automatic selection prefers higher priority):\n");
     for (const Backend* b : registry.list()) {
       const Status avail = b->available();

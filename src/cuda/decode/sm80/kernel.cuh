@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       limit[k] = kv_hi;
       if (p.causal && m < p.rows) {
         const int i = m / p.h_q;
-        limit[k] = min(kv_hi, int64_t(len) - p.s_q + i + 1);
+        limit[k] = min(kv_hi, causal_limit(p, r, i, len));
       }
     }
 

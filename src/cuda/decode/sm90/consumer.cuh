@@ -120,7 +120,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     for (int k = 0; k < 2; ++k) {
       const int mrow = row_block * kRows + rloc[k];
       limit[k] = kv_hi;
-      if (p.causal && mrow < p.rows) limit[k] = min(kv_hi, int64_t(pc.len) - p.s_q + mrow / p.h_q + 1);
+      if (p.causal && mrow < p.rows) limit[k] = min(kv_hi, causal_limit(p, pc.req, mrow / p.h_q, pc.len));
     }
     // Zeroed behind a (no-op) wait: ptxas serialises every wgmma of the kernel (warning C7515) when it
     // cannot prove that no wgmma still accumulates into registers an ordinary instruction writes.

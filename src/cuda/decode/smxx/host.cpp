@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/common/check.h"
+#include "cuda/cp/shard.h"
 #include "cuda/decode/smxx/launch.h"
 
 namespace mlakit::cuda::decode {
@@ -112,8 +113,20 @@ void place_plan(Workspace ws, const WorkspaceLayout& w, int64_t partitions, Deco
   d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
 }
 
-RequestLengths dense_lengths(const DecodeProblem& p) {
+/// Where the plan and the kernels read the lengths of dense decode: seq_lens, or for a context shard the local
+/// lengths the plan derived from them into the workspace (docs/spec.md section 11).
+RequestLengths dense_lengths(const DecodeProblem& p, Workspace ws, const WorkspaceLayout& w) {
+  if (p.shard.sharded()) {
+    return RequestLengths{reinterpret_cast<const int32_t*>(static_cast<uint8_t*>(ws.data) + w.shard_lens_off), 1, 1,
+                          INT32_MAX};
+  }
   return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX};
+}
+
+/// A context shard's causal limits in the workspace, or null (the kernels' unsharded rule).
+int32_t* causal_limits(const DecodeProblem& p, Workspace ws, const WorkspaceLayout& w) {
+  if (!p.shard.sharded() || !p.causal) return nullptr;
+  return reinterpret_cast<int32_t*>(static_cast<uint8_t*>(ws.data) + w.causal_off);
 }
 
 RequestLengths sparse_lengths(const SparseDecodeProblem& p) {
@@ -236,13 +249,15 @@ DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partition
   d.page_shift = shift;
   d.block_table = static_cast<const int32_t*>(p.block_table.data);
   d.block_table_stride = p.block_table.stride[0];
-  d.lens = dense_lengths(p);
+  const WorkspaceLayout w = layout_for(p, partitions);
+  d.lens = dense_lengths(p, ws, w);
   d.batch = int32_t(p.batch());
   d.s_q = int32_t(p.s_q());
   d.h_q = int32_t(p.h_q());
   d.rows = int32_t(query_rows(p));
   d.causal = p.causal;
-  place_plan(ws, layout_for(p, partitions), partitions, d);
+  d.causal_limits = causal_limits(p, ws, w);
+  place_plan(ws, w, partitions, d);
   return d;
 }
 
@@ -267,8 +282,16 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
 
 Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift, cudaStream_t stream,
                        bool pdl) {
-  return launch_plan_with(dense_lengths(p), p.batch(), layout_for(p, partitions), ws, partitions, tile_shift, stream,
-                          pdl);
+  const WorkspaceLayout w = layout_for(p, partitions);
+  if (p.shard.sharded()) {
+    MLAKIT_TRY(check_workspace_alignment(ws));
+    // A plain launch (no PDL): seq_lens may come from the previous kernel. The plan's own wait then covers it.
+    const RequestLengths local = dense_lengths(p, ws, w);
+    MLAKIT_CUDA_TRY(cp::launch_shard_lengths(static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0],
+                                             p.batch(), p.shard, const_cast<int32_t*>(local.lens), 1,
+                                             int32_t(p.s_q()), causal_limits(p, ws, w), kMaxCausalRows, stream));
+  }
+  return launch_plan_with(dense_lengths(p, ws, w), p.batch(), w, ws, partitions, tile_shift, stream, pdl);
 }
 
 Status launch_plan_for(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,

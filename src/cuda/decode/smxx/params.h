@@ -32,10 +32,15 @@ struct WorkspaceLayout {
   size_t cost_off;        // int64 [b + 1]: prefix sums of the per-request cost (plan scratch)
   size_t part_lse_off;    // float [max_slots, rows]: partial LSE (natural log)
   size_t part_out_off;    // float [max_slots, rows, d_v]: partial outputs, normalised within their part
+  size_t shard_lens_off;  // int32 [b]: a context shard's local lengths (docs/spec.md section 11)
+  size_t causal_off;      // int32 [b, kMaxCausalRows]: a context shard's causal limits per query token
   size_t total;
   int64_t max_slots;      // 2 * G: each partition start inside a request adds one split, and a
                           // request with n > 1 splits holds n - 1 such starts, so sum(n) <= 2 * G
 };
+
+/// Query tokens per request whose causal limit a context shard's plan stores (kMaxQueryTokens of problems.h).
+inline constexpr int64_t kMaxCausalRows = 8;
 
 inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -54,6 +59,10 @@ inline WorkspaceLayout workspace_layout(int64_t batch, int64_t rows, int64_t par
   off = align_up(off + size_t(w.max_slots * rows) * sizeof(float), kAlign);
   w.part_out_off = off;
   off = align_up(off + size_t(w.max_slots * rows) * kDimV * sizeof(float), kAlign);
+  w.shard_lens_off = off;
+  off = align_up(off + size_t(batch) * sizeof(int32_t), kAlign);
+  w.causal_off = off;
+  off = align_up(off + size_t(batch) * kMaxCausalRows * sizeof(int32_t), kAlign);
   w.total = off;
   return w;
 }
@@ -99,6 +108,9 @@ struct DecodeParams {
   int32_t s_q, h_q;          // s_q = 1 in sparse decode, whose requests are single query tokens
   int32_t rows;              // s_q * h_q: query rows per request, row m = (i = m / h_q, h = m % h_q)
   bool causal;
+  // Context shard with the causal rule (docs/spec.md section 11): keys [0, causal_limits[r * kMaxCausalRows + i])
+  // of request r are visible to its query token i, written by the plan. Null: the unsharded rule len - s_q + i + 1.
+  const int32_t* causal_limits;
   // ---- sparse decode only (docs/spec.md section 2): rows come from indices, not from the block table ----
   const int32_t* indices;    // [b, s_q, topk]: global row ids, page * page_size + offset; null in dense decode
   int64_t indices_stride_b, indices_stride_s;

@@ -32,6 +32,13 @@ __device__ inline int32_t request_len(const RequestLengths& l, int32_t r) {
   }
 }
 
+/// End of the keys query token i of dense request r (length len, this rank's tokens) sees under the causal rule,
+/// not clamped (docs/spec.md sections 1 and 11).
+__device__ inline int64_t causal_limit(const DecodeParams& p, int32_t r, int32_t i, int32_t len) {
+  if (p.causal_limits != nullptr) return p.causal_limits[int64_t(r) * kMaxCausalRows + i];
+  return int64_t(len) - p.s_q + i + 1;
+}
+
 /// Element offset of plan request r in a [b, s_q, ...] tensor with batch stride sb and token stride ss: request
 /// r is batch entry r in dense decode and query token (r / s_q, r % s_q) in sparse decode (fold s_q).
 template <bool kSparse>

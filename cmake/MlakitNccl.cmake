@@ -1,0 +1,46 @@
+# NCCL for context-parallel decode (include/mlakit/context_parallel.h). Optional: MLAKIT_NCCL=AUTO (default) uses it
+# when found, ON requires it, OFF leaves it out. Looked for, in order: NCCL_ROOT (variable or environment), the CUDA
+# toolkit's folders, and the PyPI wheel nvidia-nccl-cu13 (or -cu12) of the Python found first on PATH (PyTorch's
+# NCCL). Sets MLAKIT_HAVE_NCCL, MLAKIT_NCCL_INCLUDE_DIR, MLAKIT_NCCL_LIBRARY, and MLAKIT_NCCL_MISSING (why not).
+set(MLAKIT_NCCL AUTO CACHE STRING "Build context-parallel decode over NCCL: AUTO, ON or OFF")
+set_property(CACHE MLAKIT_NCCL PROPERTY STRINGS AUTO ON OFF)
+set(MLAKIT_HAVE_NCCL OFF)
+if(NOT MLAKIT_CUDA)
+  set(MLAKIT_NCCL_MISSING "built without CUDA")
+elseif(MLAKIT_NCCL STREQUAL "OFF")
+  set(MLAKIT_NCCL_MISSING "MLAKIT_NCCL=OFF")
+else()
+  set(nccl_hints "")
+  foreach(root IN ITEMS "${NCCL_ROOT}" "$ENV{NCCL_ROOT}")
+    if(root)
+      list(APPEND nccl_hints "${root}")
+    endif()
+  endforeach()
+  list(APPEND nccl_hints "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}")
+  find_program(mlakit_nccl_python NAMES python3 python)
+  if(mlakit_nccl_python)
+    execute_process(COMMAND "${mlakit_nccl_python}" -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
+                    OUTPUT_VARIABLE wheel_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE wheel_rc)
+    if(wheel_rc EQUAL 0 AND wheel_dir)
+      list(APPEND nccl_hints "${wheel_dir}")
+    endif()
+  endif()
+  find_path(MLAKIT_NCCL_INCLUDE_DIR nccl.h HINTS ${nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  if(MLAKIT_NCCL_INCLUDE_DIR)  # the library beside the headers first: a header and library of one release
+    get_filename_component(nccl_root "${MLAKIT_NCCL_INCLUDE_DIR}" DIRECTORY)
+    find_library(MLAKIT_NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS "${nccl_root}" PATH_SUFFIXES lib lib64
+                 NO_DEFAULT_PATH)
+  endif()
+  find_library(MLAKIT_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(MLAKIT_NCCL_INCLUDE_DIR AND MLAKIT_NCCL_LIBRARY)
+    set(MLAKIT_HAVE_NCCL ON)
+    message(STATUS "MLAKit: NCCL ${MLAKIT_NCCL_LIBRARY} (headers ${MLAKIT_NCCL_INCLUDE_DIR})")
+  else()
+    set(MLAKIT_NCCL_MISSING "nccl.h or libnccl not found: set NCCL_ROOT or pip install nvidia-nccl-cu13")
+    if(MLAKIT_NCCL STREQUAL "ON")
+      message(FATAL_ERROR "MLAKIT_NCCL=ON: ${MLAKIT_NCCL_MISSING}")
+    endif()
+    message(STATUS "MLAKit: ${MLAKIT_NCCL_MISSING}; context-parallel decode is left out")
+  endif()
+endif()
