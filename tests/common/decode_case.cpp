@@ -148,28 +148,23 @@ void oracle_decode_row(KvFormat format, MlaDims dims, float kv_scale, const uint
 
 // ---------------------------------------------------------------- dense decode
 
-DecodeCase DecodeCase::generate(const DecodeCaseConfig& cfg) {
-  DecodeCase c;
-  c.config = cfg;
-  c.batch = int64_t(cfg.seq_lens.size());
-  c.seq_lens = cfg.seq_lens;
-  std::mt19937_64 rng(cfg.seed);
-  const int64_t P = cfg.page_size, d_qk = cfg.dims.d_qk(), d_v = cfg.dims.d_v();
-
-  // Pages: each request gets ceil(L_b / P) pages drawn from a shuffled pool that also holds extra_pages
-  // never-used pages, so requests' pages interleave in memory in random order.
-  std::vector<int64_t> pages_of(static_cast<size_t>(c.batch));
+/// Pages of c: request b gets ceil(lens[b] / P) pages drawn from a shuffled pool that also holds extra_pages
+/// never-used pages, so requests' pages interleave in memory in random order; the block table holds them, then
+/// kUnusedPage up to its columns and kTablePadding in the row-stride padding.
+static void assign_pages(const std::vector<int32_t>& lens, std::mt19937_64& rng, DecodeCase& c) {
+  const DecodeCaseConfig& cfg = c.config;
+  const int64_t P = cfg.page_size;
+  std::vector<int64_t> pages_of(lens.size());
   int64_t used_pages = 0, max_pages = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    pages_of[size_t(b)] = (int64_t(cfg.seq_lens[size_t(b)]) + P - 1) / P;
-    used_pages += pages_of[size_t(b)];
-    max_pages = std::max(max_pages, pages_of[size_t(b)]);
+  for (size_t b = 0; b < lens.size(); ++b) {
+    pages_of[b] = (int64_t(lens[b]) + P - 1) / P;
+    used_pages += pages_of[b];
+    max_pages = std::max(max_pages, pages_of[b]);
   }
   c.num_pages = used_pages + cfg.extra_pages;
   std::vector<int32_t> pool(static_cast<size_t>(c.num_pages));
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
-
   c.table_columns = std::max<int64_t>(1, max_pages + cfg.extra_table_columns);
   c.table_row_stride = c.table_columns + cfg.table_row_padding;
   c.block_table.assign(size_t(c.batch * c.table_row_stride), kTablePadding);
@@ -179,6 +174,17 @@ DecodeCase DecodeCase::generate(const DecodeCaseConfig& cfg) {
       c.block_table[size_t(b * c.table_row_stride + k)] = k < pages_of[size_t(b)] ? pool[next++] : kUnusedPage;
     }
   }
+}
+
+DecodeCase DecodeCase::generate(const DecodeCaseConfig& cfg) {
+  DecodeCase c;
+  c.config = cfg;
+  c.batch = int64_t(cfg.seq_lens.size());
+  c.seq_lens = cfg.seq_lens;
+  std::mt19937_64 rng(cfg.seed);
+  const int64_t P = cfg.page_size, d_qk = cfg.dims.d_qk(), d_v = cfg.dims.d_v();
+
+  assign_pages(cfg.seq_lens, rng, c);
 
   const KvCacheView view = cache_view(nullptr, cfg.format, cfg.dims, c.num_pages, P, 0, nullptr, cfg.kv_scale,
                                       Device::cpu());
@@ -239,26 +245,9 @@ DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed
   c.config.shard = shard;
   std::mt19937_64 rng(seed);
   const int64_t P = cfg.page_size;
-  std::vector<int64_t> pages_of(size_t(c.batch));
-  int64_t used_pages = 0, max_pages = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    pages_of[size_t(b)] = (shard.owned_before(whole.seq_lens[size_t(b)]) + P - 1) / P;
-    used_pages += pages_of[size_t(b)];
-    max_pages = std::max(max_pages, pages_of[size_t(b)]);
-  }
-  c.num_pages = used_pages + cfg.extra_pages;
-  std::vector<int32_t> pool(size_t(c.num_pages));
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng);
-  c.table_columns = std::max<int64_t>(1, max_pages + cfg.extra_table_columns);
-  c.table_row_stride = c.table_columns + cfg.table_row_padding;
-  c.block_table.assign(size_t(c.batch * c.table_row_stride), kTablePadding);
-  size_t next = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    for (int64_t k = 0; k < c.table_columns; ++k) {
-      c.block_table[size_t(b * c.table_row_stride + k)] = k < pages_of[size_t(b)] ? pool[next++] : kUnusedPage;
-    }
-  }
+  std::vector<int32_t> local_lens(size_t(c.batch));
+  for (int64_t b = 0; b < c.batch; ++b) local_lens[size_t(b)] = int32_t(shard.owned_before(whole.seq_lens[size_t(b)]));
+  assign_pages(local_lens, rng, c);
   const int64_t row_bytes = cache_view(nullptr, cfg.format, cfg.dims, 1, P, 0, nullptr, cfg.kv_scale, Device::cpu())
                                 .row_bytes();
   c.cache.assign(size_t(c.num_pages * c.page_stride_bytes), kPoisonByte);

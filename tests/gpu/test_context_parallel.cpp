@@ -86,6 +86,20 @@ std::vector<int32_t> shard_lengths(std::mt19937_64& rng, int n, int max_len) {
   return lens;
 }
 
+/// A case of `requests` random lengths up to max_len (with 0, 1 and 2), causal when s_q > 1.
+DecodeCaseConfig random_config(KvFormat format, int64_t s_q, int64_t h_q, int requests, int max_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = shard_lengths(rng, requests, max_len);
+  cfg.s_q = s_q;
+  cfg.causal = s_q > 1;
+  cfg.h_q = h_q;
+  cfg.format = format;
+  cfg.q_dtype = q_dtype_for(format, seed);
+  cfg.seed = seed;
+  return cfg;
+}
+
 std::string describe(const DecodeCaseConfig& c, ContextShard s) {
   std::string d = std::string("kv=") + kv_format_name(c.format) + " q=" + dtype_name(c.q_dtype) +
                   " P=" + std::to_string(c.page_size) + " s_q=" + std::to_string(c.s_q) + " h_q=" +
@@ -126,16 +140,8 @@ TEST_P(ShardedDecode, RanksMergeToTheUnshardedDecode) {
   for (int32_t world : {2, 3}) {
     for (int32_t interleave : {1, 64}) {
       for (int64_t s_q : {1, 4}) {
-        std::mt19937_64 rng(seed);
-        DecodeCaseConfig cfg;
-        cfg.seq_lens = shard_lengths(rng, 5, 900);
-        cfg.s_q = s_q;
-        cfg.causal = s_q > 1;
-        cfg.h_q = h_q;
+        DecodeCaseConfig cfg = random_config(format, s_q, h_q, 5, 900, seed++);
         cfg.page_size = interleave == 64 ? 16 : 64;
-        cfg.format = format;
-        cfg.q_dtype = q_dtype_for(format, seed);
-        cfg.seed = seed++;
         const DecodeCase whole = DecodeCase::generate(cfg);
         SCOPED_TRACE(be->name() + " " + describe(cfg, {world, 0, interleave}));
         const DecodeCase want = reference_result(whole);
@@ -317,15 +323,7 @@ TEST_P(ContextParallelNccl, EveryRankEndsWithTheUnshardedResult) {
   uint64_t seed = 9100 + uint64_t(format) * 31 + uint64_t(s_q * 7 + h_q);
   for (int32_t interleave : {1, 64}) {
     for (int root : {-1, 0}) {
-      std::mt19937_64 rng(seed);
-      DecodeCaseConfig cfg;
-      cfg.seq_lens = shard_lengths(rng, 6, 1500);
-      cfg.s_q = s_q;
-      cfg.causal = s_q > 1;
-      cfg.h_q = h_q;
-      cfg.format = format;
-      cfg.q_dtype = q_dtype_for(format, seed);
-      cfg.seed = seed++;
+      const DecodeCaseConfig cfg = random_config(format, s_q, h_q, 6, 1500, seed++);
       const DecodeCase whole = DecodeCase::generate(cfg);
       SCOPED_TRACE(describe(cfg, {n, 0, interleave}) + " root=" + std::to_string(root));
       const DecodeCase want = reference_result(whole);
