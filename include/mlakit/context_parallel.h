@@ -64,8 +64,8 @@ std::string nccl_build_info();
 /// contributes lse = -inf. Everything is enqueued on `stream` without host synchronisation, so a step can be
 /// captured in a CUDA graph (NCCL supports capture) and replayed.
 ///
-/// out and lse must be dense over (b, s_q, h_q) (strides h_q * d_v-row and so on, as a contiguous tensor has):
-/// the merge treats them as [b * s_q * h_q, d_v].
+/// The merge treats out and lse as [b * s_q * h_q] rows of one stride, so their b, s_q and h_q dimensions must nest
+/// as a contiguous tensor's do (out.stride[1] = h_q * out.stride[2], out.stride[0] = s_q * out.stride[1]; lse alike).
 class ContextParallelDecode {
  public:
   /// `decode` runs the shard (any CUDA decode backend that supports the problem), `merge` the merge (e.g. "cuda").
@@ -86,6 +86,10 @@ class ContextParallelDecode {
   Status run(const DecodeProblem& p, Workspace ws, Stream stream, int root = -1) const;
 
  private:
+  /// supports(), also giving the row strides of out and lse as the merge reads them ([b * s_q * h_q] rows).
+  Status supports(const DecodeProblem& p, int64_t* out_row_stride, int64_t* lse_row_stride) const;
+  Status check_workspace(const DecodeProblem& p, Workspace ws) const;
+
   const Backend& decode_;
   const Backend& merge_;
   ncclComm_t comm_;

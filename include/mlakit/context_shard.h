@@ -37,6 +37,32 @@ struct ContextShard {
     const int64_t in_last = n % cycle - int64_t(rank) * interleave;  // tokens of the last, partial cycle
     return n / cycle * interleave + (in_last < 0 ? 0 : in_last > interleave ? interleave : in_last);
   }
+  /// Cache slot (page * page_size + row) where this rank stores global token `pos` of a request whose block-table
+  /// row is `table_row` (`columns` entries), or -1: another rank's token, pos < 0, or an entry past the row or
+  /// negative (docs/spec.md section 11, the helpers).
+  MLAKIT_HOST_DEVICE int64_t slot_of(int64_t pos, const int32_t* table_row, int64_t columns, int64_t page_size) const {
+    if (pos < 0 || owner(pos) != rank) return -1;
+    const int64_t k = local_index(pos);
+    if (k / page_size >= columns) return -1;
+    const int32_t page = table_row[k / page_size];
+    return page < 0 ? -1 : int64_t(page) * page_size + k % page_size;
+  }
 };
+
+/// The request holding new token j of a step: the last r in [0, b) with query_start_loc[r] <= j, or -1 when j lies
+/// before query_start_loc[0] or at or past query_start_loc[b]. qsl[i] is query_start_loc[i * stride].
+MLAKIT_HOST_DEVICE int64_t request_holding(const int32_t* qsl, int64_t stride, int64_t b, int64_t j) {
+  if (b <= 0 || j < qsl[0] || j >= qsl[b * stride]) return -1;
+  int64_t lo = 0, hi = b;  // qsl[lo] <= j < qsl[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (qsl[mid * stride] <= j) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
 
 }  // namespace mlakit

@@ -104,6 +104,11 @@ ContextParallelDecode::ContextParallelDecode(const Backend& decode, const Backen
 #endif
 
 Status ContextParallelDecode::supports(const DecodeProblem& p) const {
+  int64_t out_row_stride = 0, lse_row_stride = 0;
+  return supports(p, &out_row_stride, &lse_row_stride);
+}
+
+Status ContextParallelDecode::supports(const DecodeProblem& p, int64_t* out_row_stride, int64_t* lse_row_stride) const {
   MLAKIT_TRY(status_);
   if (p.shard.world != world_) {
     return Status::invalid("shard.world=" + std::to_string(p.shard.world) + ": must equal the communicator's size " +
@@ -115,10 +120,16 @@ Status ContextParallelDecode::supports(const DecodeProblem& p) const {
   }
   MLAKIT_TRY(decode_.supports(p));
   if (!p.q.device.is_cuda()) return Status::not_supported("q.device=cpu: context-parallel decode runs on CUDA devices");
-  int64_t stride = 0;
-  MLAKIT_TRY(rows_nest(p.out, "out", &stride));
-  if (p.lse.defined()) MLAKIT_TRY(rows_nest(p.lse, "lse", &stride));
+  MLAKIT_TRY(rows_nest(p.out, "out", out_row_stride));
+  if (p.lse.defined()) MLAKIT_TRY(rows_nest(p.lse, "lse", lse_row_stride));
   return {};
+}
+
+Status ContextParallelDecode::check_workspace(const DecodeProblem& p, Workspace ws) const {
+  const size_t need = exchange_layout(decode_, p, world_).total;
+  if (ws.bytes >= need) return {};
+  return Status::invalid("workspace.bytes=" + std::to_string(ws.bytes) + ": must be >= workspace_bytes(problem)=" +
+                         std::to_string(need));
 }
 
 size_t ContextParallelDecode::workspace_bytes(const DecodeProblem& p) const {
@@ -127,25 +138,19 @@ size_t ContextParallelDecode::workspace_bytes(const DecodeProblem& p) const {
 
 Status ContextParallelDecode::plan(const DecodeProblem& p, Workspace ws, Stream stream) const {
   MLAKIT_TRY(supports(p));
-  const ExchangeLayout l = exchange_layout(decode_, p, world_);
-  if (ws.bytes < l.total) {
-    return Status::invalid("workspace.bytes=" + std::to_string(ws.bytes) + ": must be >= workspace_bytes(problem)=" +
-                           std::to_string(l.total));
-  }
-  return decode_.plan(p, Workspace{ws.data, l.decode_bytes}, stream);
+  MLAKIT_TRY(check_workspace(p, ws));
+  return decode_.plan(p, Workspace{ws.data, exchange_layout(decode_, p, world_).decode_bytes}, stream);
 }
 
 Status ContextParallelDecode::run(const DecodeProblem& p, Workspace ws, Stream stream, int root) const {
-  MLAKIT_TRY(supports(p));
+  int64_t out_row_stride = 0, lse_row_stride = 0;
+  MLAKIT_TRY(supports(p, &out_row_stride, &lse_row_stride));
   if (root < -1 || root >= world_) {
     return Status::invalid("root=" + std::to_string(root) + ": must be -1 (every rank) or a rank in [0, " +
                            std::to_string(world_ - 1) + "]");
   }
+  MLAKIT_TRY(check_workspace(p, ws));
   const ExchangeLayout l = exchange_layout(decode_, p, world_);
-  if (ws.bytes < l.total) {
-    return Status::invalid("workspace.bytes=" + std::to_string(ws.bytes) + ": must be >= workspace_bytes(problem)=" +
-                           std::to_string(l.total));
-  }
   const Workspace decode_ws{ws.data, l.decode_bytes};
   if (world_ == 1) return decode_.run(p, decode_ws, stream);  // nothing to exchange: straight into out
 #if MLAKIT_WITH_NCCL
@@ -184,14 +189,11 @@ Status ContextParallelDecode::run(const DecodeProblem& p, Workspace ws, Stream s
   if (root >= 0 && rank_ != root) return {};
 
   // 3. The merge of the world partials into the caller's out and lse (docs/spec.md section 6).
-  int64_t out_row_stride = 0, lse_row_stride = 0;
-  MLAKIT_TRY(rows_nest(p.out, "out", &out_row_stride));
   MergeProblem m;
   m.parts_out = TensorView::contiguous(outs, p.q.dtype, {world_, l.rows, d_v}, p.q.device);
   m.parts_lse = TensorView::contiguous(lses, DType::kFP32, {world_, l.rows}, p.q.device);
   m.out = TensorView::strided(p.out.data, p.out.dtype, {l.rows, d_v}, {out_row_stride, 1}, p.out.device);
   if (p.lse.defined()) {
-    MLAKIT_TRY(rows_nest(p.lse, "lse", &lse_row_stride));
     m.lse = TensorView::strided(p.lse.data, DType::kFP32, {l.rows}, {lse_row_stride}, p.lse.device);
   }
   return merge_.run(m, stream);

@@ -2,7 +2,6 @@
 // dispatch to the kernels of cuda/cp/shard.cu for CUDA tensors. Host and device compute with the same
 // ContextShard functions, so they agree by construction; tests compare them anyway.
 
-#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -14,6 +13,7 @@
 #endif
 
 namespace mlakit {
+#if !MLAKIT_WITH_CUDA
 namespace {
 
 Status cuda_missing(const char* op) {
@@ -22,6 +22,7 @@ Status cuda_missing(const char* op) {
 }
 
 }  // namespace
+#endif
 
 Status ShardSeqLensProblem::validate() const {
   MLAKIT_TRY(check::context_shard(shard, "shard"));
@@ -78,22 +79,12 @@ Status shard_slot_mapping(const ShardSlotMappingProblem& p, Stream stream) {
   const int64_t tokens = p.positions.shape[0];
   const int64_t b = p.query_start_loc.shape[0] - 1;
   if (p.positions.device.is_cpu()) {
-    const auto qsl = [&](int64_t r) { return int64_t(*p.query_start_loc.at<const int32_t>({r})); };
     for (int64_t j = 0; j < tokens; ++j) {
-      int64_t slot = -1;
-      if (b > 0 && qsl(0) <= j && j < qsl(b)) {
-        int64_t r = 0;  // the last request with query_start_loc[r] <= j
-        while (r + 1 < b && qsl(r + 1) <= j) ++r;
-        const int64_t pos = *p.positions.at<const int64_t>({j});
-        if (pos >= 0 && p.shard.owner(pos) == p.shard.rank) {
-          const int64_t k = p.shard.local_index(pos);
-          if (k / p.page_size < p.block_table.shape[1]) {
-            const int32_t page = *p.block_table.at<const int32_t>({r, k / p.page_size});
-            if (page >= 0) slot = int64_t(page) * p.page_size + k % p.page_size;
-          }
-        }
-      }
-      *p.slot_mapping.at<int64_t>({j}) = slot;
+      const int64_t r = request_holding(p.query_start_loc.ptr<const int32_t>(), p.query_start_loc.stride[0], b, j);
+      *p.slot_mapping.at<int64_t>({j}) =
+          r < 0 ? -1
+                : p.shard.slot_of(*p.positions.at<const int64_t>({j}), p.block_table.at<const int32_t>({r, 0}),
+                                  p.block_table.shape[1], p.page_size);
     }
     return {};
   }

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -310,16 +311,31 @@ void on_every_rank(std::vector<Rank>& ranks, F f) {
   for (std::thread& t : threads) t.join();
 }
 
-class ContextParallelNccl : public ::testing::TestWithParam<std::tuple<KvFormat, int64_t /*s_q*/, int64_t /*h_q*/>> {};
+/// The tests below: a group over every visible GPU (skipped without one), and the registry whose "cuda" merges.
+class NcclGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    n = visible_gpus();
+    if (n < 1) GTEST_SKIP() << "no CUDA device";
+    group = std::make_unique<Group>(n);
+    ASSERT_EQ(group->world(), n) << "ncclCommInitAll failed";
+  }
+  static const Registry& registry() {
+    static const Registry r = make_default_registry();
+    return r;
+  }
+  int n = 0;
+  std::unique_ptr<Group> group;
+  const Backend& merge = *registry().get("cuda");
+};
+
+class ContextParallelNccl
+    : public NcclGroupTest,
+      public ::testing::WithParamInterface<std::tuple<KvFormat, int64_t /*s_q*/, int64_t /*h_q*/>> {};
 
 TEST_P(ContextParallelNccl, EveryRankEndsWithTheUnshardedResult) {
   const auto [format, s_q, h_q] = GetParam();
-  const int n = visible_gpus();
-  if (n < 1) GTEST_SKIP() << "no CUDA device";
-  Group group(n);
-  ASSERT_EQ(group.world(), n) << "ncclCommInitAll failed";
-  static const Registry registry = make_default_registry();
-  const Backend& merge = *registry.get("cuda");
+  const Registry& registry = this->registry();
   uint64_t seed = 9100 + uint64_t(format) * 31 + uint64_t(s_q * 7 + h_q);
   for (int32_t interleave : {1, 64}) {
     for (int root : {-1, 0}) {
@@ -340,7 +356,7 @@ TEST_P(ContextParallelNccl, EveryRankEndsWithTheUnshardedResult) {
         const Selection sel = registry.select(ranks[size_t(r)].d.problem);
         ASSERT_TRUE(sel.status.ok()) << sel.status.to_string();
         decode[size_t(r)] = sel.backend;
-        const ContextParallelDecode cp(*sel.backend, merge, group.comms[size_t(r)]);
+        const ContextParallelDecode cp(*sel.backend, merge, group->comms[size_t(r)]);
         const Status sup = cp.supports(ranks[size_t(r)].d.problem);
         ASSERT_TRUE(sup.ok()) << sup.to_string();
         ranks[size_t(r)].ws.allocate(cp.workspace_bytes(ranks[size_t(r)].d.problem));
@@ -348,7 +364,7 @@ TEST_P(ContextParallelNccl, EveryRankEndsWithTheUnshardedResult) {
         CACHE_TEST_CUDA(cudaStreamCreate(&ranks[size_t(r)].stream));
       }
       on_every_rank(ranks, [&](Rank& rk) {
-        const ContextParallelDecode cp(*decode[size_t(rk.rank)], merge, group.comms[size_t(rk.rank)]);
+        const ContextParallelDecode cp(*decode[size_t(rk.rank)], merge, group->comms[size_t(rk.rank)]);
         const Workspace ws{rk.ws.get(), rk.ws.bytes()};
         Status st = cp.plan(rk.d.problem, ws, rk.stream);
         if (st.ok()) st = cp.run(rk.d.problem, ws, rk.stream, root);
@@ -382,13 +398,10 @@ INSTANTIATE_TEST_SUITE_P(ContextParallel, ContextParallelNccl,
 
 // A step captured once per rank (plan, shard decode, NCCL exchange, merge) replays on new contents of the same
 // buffers: new q, cache and block table with the same lengths.
-TEST(ContextParallelNcclGraph, CapturedStepReplaysOnNewInputs) {
-  const int n = visible_gpus();
-  if (n < 1) GTEST_SKIP() << "no CUDA device";
-  Group group(n);
-  ASSERT_EQ(group.world(), n) << "ncclCommInitAll failed";
-  static const Registry registry = make_default_registry();
-  const Backend& merge = *registry.get("cuda");
+class ContextParallelNcclGraph : public NcclGroupTest {};
+
+TEST_F(ContextParallelNcclGraph, CapturedStepReplaysOnNewInputs) {
+  const Registry& registry = this->registry();
   DecodeCaseConfig cfg;
   cfg.seq_lens = {0, 1, 700, 4097, 33};
   cfg.s_q = 2;
@@ -412,11 +425,11 @@ TEST(ContextParallelNcclGraph, CapturedStepReplaysOnNewInputs) {
     const Selection sel = registry.select(rk.d.problem);
     ASSERT_TRUE(sel.status.ok()) << sel.status.to_string();
     decode[size_t(r)] = sel.backend;
-    rk.ws.allocate(ContextParallelDecode(*sel.backend, merge, group.comms[size_t(r)]).workspace_bytes(rk.d.problem));
+    rk.ws.allocate(ContextParallelDecode(*sel.backend, merge, group->comms[size_t(r)]).workspace_bytes(rk.d.problem));
     CACHE_TEST_CUDA(cudaStreamCreate(&rk.stream));
   }
   on_every_rank(ranks, [&](Rank& rk) {
-    const ContextParallelDecode cp(*decode[size_t(rk.rank)], merge, group.comms[size_t(rk.rank)]);
+    const ContextParallelDecode cp(*decode[size_t(rk.rank)], merge, group->comms[size_t(rk.rank)]);
     const Workspace ws{rk.ws.get(), rk.ws.bytes()};
     // One eager step first, as an engine warms up before it captures: NCCL connects a communicator's peers on its
     // first collective, which cannot happen inside a capture.

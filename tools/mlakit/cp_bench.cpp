@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -164,46 +165,37 @@ void run_rank(const DecodeSpec& spec, int world, int interleave, const Registry&
     MLAKIT_TRY(cp->plan(p, wsv, mem->stream()));
     return cp->run(p, wsv, mem->stream());
   };
-  for (int64_t i = 0; i < iters; ++i) {  // the step, ranks started together
-    if (ok) {
-      const Status s = mem->flush_cache();
-      if (!s.ok()) fail(s);
-      if (ok && cudaStreamSynchronize(static_cast<cudaStream_t>(mem->stream())) != cudaSuccess) {
-        fail(Status::cuda_error("stream failed"));
+  // `iters` timed calls of `call` into *ms, every rank's cache flushed and the ranks started together each time.
+  const auto timed = [&](const std::function<Status()>& call, std::vector<double>* ms) {
+    for (int64_t i = 0; i < iters; ++i) {
+      if (ok) {
+        Status s = mem->flush_cache();
+        if (s.ok() && cudaStreamSynchronize(static_cast<cudaStream_t>(mem->stream())) != cudaSuccess) {
+          s = Status::cuda_error("stream failed");
+        }
+        if (!s.ok()) fail(s);
+      }
+      barrier();
+      double t = 0;
+      if (ok) {
+        Status s = device_barrier();
+        if (s.ok()) s = mem->time_ms(call, &t);
+        if (!s.ok()) fail(s);
+        ms->push_back(t);
       }
     }
-    barrier();
-    double t = 0;
-    if (ok) {
-      Status s = device_barrier();
-      if (s.ok()) s = mem->time_ms(step, &t);
-      if (!s.ok()) fail(s);
-      r->step_ms.push_back(t);
-    }
-  }
+  };
+  timed(step, &r->step_ms);  // the whole step
   barrier();
   if (ok) {  // host time per call, every rank enqueuing together
     const Status s = host_us_per_call(mem.get(), step, kHostCalls, &r->host_us);
     if (!s.ok()) fail(s);
   }
   barrier();
-  for (int64_t i = 0; i < iters; ++i) {  // the shard's decode alone (no exchange), timed the same way
-    if (ok) {
-      const Status s = mem->flush_cache();
-      if (!s.ok()) fail(s);
-    }
-    barrier();
-    double t = 0;
-    if (ok) {
-      Status s = device_barrier();
-      if (s.ok()) s = mem->time_ms([&]() -> Status {
-        MLAKIT_TRY(decode->plan(p, shard_wsv, mem->stream()));
-        return decode->run(p, shard_wsv, mem->stream());
-      }, &t);
-      if (!s.ok()) fail(s);
-      r->shard_ms.push_back(t);
-    }
-  }
+  timed([&]() -> Status {  // the shard's decode alone (no exchange)
+    MLAKIT_TRY(decode->plan(p, shard_wsv, mem->stream()));
+    return decode->run(p, shard_wsv, mem->stream());
+  }, &r->shard_ms);
 }
 
 Status sharded(const DecodeSpec& spec, int world, int interleave, const Registry& registry, const Preference& pref,

@@ -24,25 +24,11 @@ __global__ void shard_lengths_kernel(const int32_t* global, int64_t global_strid
 __global__ void shard_slot_mapping_kernel(SlotMappingArgs a) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= a.tokens) return;
-  // Request of token j: the last r with query_start_loc[r] <= j (a binary search over b + 1 entries).
-  int64_t lo = 0, hi = a.batch;  // invariant: qsl[lo] <= j holds unless j precedes every request
-  int64_t slot = -1;
-  if (a.batch > 0 && a.query_start_loc[0] <= j && j < a.query_start_loc[a.batch * a.qsl_stride]) {
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      if (a.query_start_loc[mid * a.qsl_stride] <= j) lo = mid; else hi = mid;
-    }
-    const int64_t pos = a.positions[j * a.positions_stride];
-    if (pos >= 0 && a.shard.owner(pos) == a.shard.rank) {
-      const int64_t k = a.shard.local_index(pos);
-      const int64_t page_col = k / a.page_size;
-      if (page_col < a.table_columns) {
-        const int32_t page = a.block_table[lo * a.table_stride + page_col];
-        if (page >= 0) slot = int64_t(page) * a.page_size + k % a.page_size;
-      }
-    }
-  }
-  a.slot_mapping[j * a.slot_stride] = slot;
+  const int64_t r = request_holding(a.query_start_loc, a.qsl_stride, a.batch, j);
+  a.slot_mapping[j * a.slot_stride] =
+      r < 0 ? -1
+            : a.shard.slot_of(a.positions[j * a.positions_stride], a.block_table + r * a.table_stride, a.table_columns,
+                              a.page_size);
 }
 
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }

@@ -113,13 +113,15 @@ void place_plan(Workspace ws, const WorkspaceLayout& w, int64_t partitions, Deco
   d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
 }
 
-/// Where the plan and the kernels read the lengths of dense decode: seq_lens, or for a context shard the local
-/// lengths the plan derived from them into the workspace (docs/spec.md section 11).
+/// A context shard's local lengths in the workspace (docs/spec.md section 11), written by the plan.
+int32_t* shard_lens(Workspace ws, const WorkspaceLayout& w) {
+  return reinterpret_cast<int32_t*>(static_cast<uint8_t*>(ws.data) + w.shard_lens_off);
+}
+
+/// Where the plan and the kernels read the lengths of dense decode: seq_lens, or for a context shard its local
+/// lengths.
 RequestLengths dense_lengths(const DecodeProblem& p, Workspace ws, const WorkspaceLayout& w) {
-  if (p.shard.sharded()) {
-    return RequestLengths{reinterpret_cast<const int32_t*>(static_cast<uint8_t*>(ws.data) + w.shard_lens_off), 1, 1,
-                          INT32_MAX};
-  }
+  if (p.shard.sharded()) return RequestLengths{shard_lens(ws, w), 1, 1, INT32_MAX};
   return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX};
 }
 
@@ -286,9 +288,8 @@ Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions,
   if (p.shard.sharded()) {
     MLAKIT_TRY(check_workspace_alignment(ws));
     // A plain launch (no PDL): seq_lens may come from the previous kernel. The plan's own wait then covers it.
-    const RequestLengths local = dense_lengths(p, ws, w);
     MLAKIT_CUDA_TRY(cp::launch_shard_lengths(static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0],
-                                             p.batch(), p.shard, const_cast<int32_t*>(local.lens), 1,
+                                             p.batch(), p.shard, shard_lens(ws, w), 1,
                                              int32_t(p.s_q()), causal_limits(p, ws, w), kMaxCausalRows, stream));
   }
   return launch_plan_with(dense_lengths(p, ws, w), p.batch(), w, ws, partitions, tile_shift, stream, pdl);
