@@ -117,27 +117,27 @@ def backends() -> list[BackendInfo]:
     Every backend compiled into this build, highest priority first (unavailable ones included, with why).
     """
 
-def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. Engines decoding many layers per step should use DecodePlan.
     """
 
-def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
+def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
-def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
+def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
     """
     Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, e.g. allocated by your framework so that CUDA graph capture sees it). Nothing runs.
     """
 
-def decode_plan_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode_plan_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     The plan half of decode: writes this step's schedule into workspace (from seq_lens, on the device).
     """
 
-def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     The run half of decode: reads the schedule decode_plan_step left in workspace.
     """
@@ -213,12 +213,22 @@ def select_gather_kv(kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: Arra
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
+def shard_seq_lens(seq_lens: ArrayLike, local_seq_lens: ArrayLike, *, shard: tuple[int, ...], stream: StreamLike | None = None) -> None:
+    """
+    local_seq_lens[b] = the tokens of request b (global length seq_lens[b]) that this rank holds (docs/spec.md section 11).
+    """
+
+def shard_slot_mapping(positions: ArrayLike, query_start_loc: ArrayLike, block_table: ArrayLike, slot_mapping: ArrayLike, *, shard: tuple[int, ...], page_size: int, stream: StreamLike | None = None) -> None:
+    """
+    append_kv's slot_mapping for this rank: each new token it owns goes to its local slot, every other token to -1 (docs/spec.md section 11).
+    """
+
 class DecodePlan:
     """
     Dense decode split into plan (once per step) and run (once per layer), holding its workspace (docs/spec.md section 9). Build it with the largest batch it will serve.
     """
 
-    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
+    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
 
     def plan(self, *, block_table: ArrayLike | None = None, seq_lens: ArrayLike | None = None, stream: StreamLike | None = None) -> None:
         """

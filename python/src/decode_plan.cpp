@@ -18,7 +18,8 @@ using nb::arg;
 class DecodePlan {
  public:
   DecodePlan(nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens, nb::handle out,
-             nb::handle lse, float softmax_scale, bool causal, nb::handle backend, nb::handle workspace) {
+             nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle backend,
+             nb::handle workspace) {
     problem_.q = layer_args_.view(q, "q", Access::kRead);
     problem_.kv = cache_view(layer_args_, kv_cache);
     problem_.out = layer_args_.view(out, "out", Access::kWrite);
@@ -27,6 +28,7 @@ class DecodePlan {
     problem_.seq_lens = seq_lens_args_.view(seq_lens, "seq_lens", Access::kRead);
     problem_.softmax_scale = softmax_scale;
     problem_.causal = causal;
+    problem_.shard = context_shard(shard);
     backend_ = &choose_backend(problem_, backend);
     workspace_ = OwnedWorkspace::make(problem_.device(), backend_->workspace_bytes(problem_), workspace);
   }
@@ -97,9 +99,10 @@ void bind_decode_plan(nb::module_& m) {
                          "Dense decode split into plan (once per step) and run (once per layer), holding its "
                          "workspace (docs/spec.md section 9). Build it with the largest batch it will serve.")
       .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, float, bool, nb::handle,
-                    nb::handle>(),
+                    nb::handle, nb::handle>(),
            arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),
-           nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("backend") = nb::none(),
+           nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("shard") = nb::none(),
+           arg("backend") = nb::none(),
            arg("workspace") = nb::none())
       .def("plan", &DecodePlan::plan, nb::kw_only(), arg("block_table") = nb::none(), arg("seq_lens") = nb::none(),
            arg("stream") = nb::none(),

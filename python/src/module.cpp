@@ -12,4 +12,5 @@ NB_MODULE(_native, m) {
   py::bind_ops(m);
   py::bind_decode_plan(m);
   py::bind_helpers(m);
+  py::bind_context_parallel(m);
 }

@@ -37,7 +37,8 @@ const float* scalar_or_array(ArgHolder& args, nb::handle obj, const char* field,
 }
 
 DecodeProblem build_decode(Call& c, nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens,
-                           nb::handle out, nb::handle lse, float softmax_scale, bool causal, nb::handle workspace) {
+                           nb::handle out, nb::handle lse, float softmax_scale, bool causal, nb::handle shard,
+                           nb::handle workspace) {
   DecodeProblem p;
   p.q = c.args.view(q, "q", Access::kRead);
   p.kv = cache_view(c.args, kv_cache);
@@ -47,6 +48,7 @@ DecodeProblem build_decode(Call& c, nb::handle q, nb::handle kv_cache, nb::handl
   p.lse = c.args.optional(lse, "lse", Access::kWrite);
   p.softmax_scale = softmax_scale;
   p.causal = causal;
+  p.shard = context_shard(shard);
   c.workspace = workspace;
   return p;
 }
@@ -173,12 +175,12 @@ void def_decode_steps(nb::module_& m, const Extra&... extra) {
   enum class Half { kPlan, kRun };
   const auto step = [](Half half) {
     return [half](nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens, nb::handle out,
-                  nb::handle lse, float softmax_scale, bool causal, nb::handle workspace, nb::handle backend,
-                  nb::handle stream) {
+                  nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle workspace,
+                  nb::handle backend, nb::handle stream) {
       if (workspace.is_none()) throw_conversion("workspace", "is required (the plan lives in it between the two calls)");
       Call call;
       const DecodeProblem p =
-          build_decode(call, q, kv_cache, block_table, seq_lens, out, lse, softmax_scale, causal, workspace);
+          build_decode(call, q, kv_cache, block_table, seq_lens, out, lse, softmax_scale, causal, shard, workspace);
       const Backend& chosen = choose_backend(p, backend);
       OwnedWorkspace ws = OwnedWorkspace::make(p.device(), chosen.workspace_bytes(p), workspace);
       const Stream s = resolve_stream(stream, call.args, p.device());
@@ -223,13 +225,14 @@ void bind_ops(nb::module_& m) {
          "Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. "
          "Engines decoding many layers per step should use DecodePlan.",
          arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),
-         nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("workspace") = nb::none());
+         nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("shard") = nb::none(),
+         arg("workspace") = nb::none());
   def_workspace_bytes(m, "decode_workspace_bytes", &build_decode, arg("q"), arg("kv_cache"), arg("block_table"),
                       arg("seq_lens"), arg("out"), arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"),
-                      arg("causal") = false, arg("workspace") = nb::none());
+                      arg("causal") = false, arg("shard") = nb::none(), arg("workspace") = nb::none());
   def_decode_steps(m, arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"),
                    arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"), arg("causal") = false,
-                   arg("workspace"));
+                   arg("shard") = nb::none(), arg("workspace"));
   def_op(m, "sparse_decode", "select_sparse_decode", &build_sparse_decode,
          "Sparse top-k decode over global row ids (docs/spec.md section 2); with extra_kv_cache and extra_indices "
          "(DeepSeek V4), one softmax over the ids of both caches.",
