@@ -60,6 +60,12 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  
   (cd "$ROOT" && PYTHONPATH="$pkg" MLAKIT_TESTDATA_DIR="$BUILD/testdata" python3 -m pytest tests/python -ra -q) \
     > "$OUT_DIR/pytest.log" 2>&1
   note "pytest rc=$?: $(tail -1 "$OUT_DIR/pytest.log") in $(elapsed $start)"
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$gpus" -ge 2 ]; then  # the torch.distributed example of context-parallel decode, one process per GPU
+    (cd "$ROOT" && PYTHONPATH="$pkg" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
+      examples/context_parallel_decode.py) > "$OUT_DIR/cp_example.log" 2>&1
+    note "examples/context_parallel_decode.py on $gpus GPUs rc=$?: $(grep -E 'context-parallel|Error' "$OUT_DIR/cp_example.log" | tail -1)"
+  fi
 fi
 
 # compute-sanitizer on a subset of each GPU test program: for each CUDA decode path one case per format and
