@@ -24,6 +24,7 @@ class CudaBackend final : public Backend {
   std::vector<Feature> features() const override {
     std::vector<Feature> all = cuda::decode_features();
     for (Feature& f : cuda::sparse_decode_features()) all.push_back(std::move(f));
+    for (Feature& f : cuda::prefill_features()) all.push_back(std::move(f));
     for (Feature& f : cuda::cache_features()) all.push_back(std::move(f));
     return all;
   }
@@ -57,6 +58,8 @@ class CudaBackend final : public Backend {
     return cuda::sparse_decode_run(p, ws, s);
   }
 
+  Status do_supports_prefill(const PrefillProblem& p) const override { return cuda::prefill_supports(p); }
+  Status do_run_prefill(const PrefillProblem& p, Stream s) const override { return cuda::prefill_run(p, s); }
   Status do_supports_append_kv(const AppendKvProblem& p) const override { return cuda::append_kv_supports(p); }
   Status do_run_append_kv(const AppendKvProblem& p, Stream s) const override { return cuda::append_kv_run(p, s); }
   Status do_supports_rope(const RopeProblem& p) const override { return cuda::rope_supports(p); }

@@ -38,6 +38,11 @@ Status sparse_decode_sm90_supports(const SparseDecodeProblem& p);
 size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p);
 Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream stream);
 
+// prefill/sm80: the portable ragged prefill (issue 10)
+std::vector<Feature> prefill_features();
+Status prefill_supports(const PrefillProblem& p);
+Status prefill_run(const PrefillProblem& p, Stream stream);
+
 // cache/ (issue 4)
 std::vector<Feature> cache_features();
 Status append_kv_supports(const AppendKvProblem& p);

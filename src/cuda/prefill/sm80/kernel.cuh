@@ -1,0 +1,255 @@
+#pragma once
+// The portable ragged prefill kernel (issue 10, docs/spec.md section 3): flash-attention-2 tiling with mma.sync
+// (SM80+). One CTA = 64 query rows of one request and one head (4 warps of 16 rows), walking that request's keys
+// in tiles of 64 through a two-stage cp.async ring; Q stays in shared memory (its A fragments re-read per tile),
+// S and O in fp32 accumulators, the softmax online in the log2 domain.
+//
+// Work mapping without a host round trip: request r owns the CTA slots [start(r), start(r + 1)) of grid.x with
+// start(r) = floor(cu_seqlens_q[r] / 64) + r, at least ceil(Lq_r / 64) of them (floor((c + L) / 64) -
+// floor(c / 64) + 1 >= ceil(L / 64)); a CTA finds its request by binary search and exits when its block is past
+// Lq_r. The grid is floor(T_q / 64) + b slots, known on the host from shapes alone.
+//
+// Robust to any cu_seqlens contents: ranges are clamped to [0, T_q] and [0, T_k], rows that see no key get
+// out = 0 and lse = -inf; keys and query rows past a request are zero-filled in shared memory, never read.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+
+namespace mlakit::cuda::prefill {
+
+struct PrefillParams {
+  const uint8_t* q;  // [T_q, h, d_qk], 16-bit
+  const uint8_t* k;  // [T_k, h, d_qk]
+  const uint8_t* v;  // [T_k, h, d_v]
+  uint8_t* out;      // [T_q, h, d_v]
+  float* lse;        // [T_q, h] or null
+  const int32_t* cu_q;
+  const int32_t* cu_k;
+  int64_t q_stride_t, q_stride_h;  // in elements
+  int64_t k_stride_t, k_stride_h;
+  int64_t v_stride_t, v_stride_h;
+  int64_t out_stride_t, out_stride_h;
+  int64_t lse_stride_t, lse_stride_h;
+  int64_t cu_q_stride, cu_k_stride;
+  int64_t t_q, t_k;  // total tokens
+  int32_t batch;
+  float scale_log2;  // softmax_scale * log2(e)
+  bool causal;
+};
+
+inline constexpr int kBlockM = 64;  // query rows per CTA
+inline constexpr int kBlockN = 64;  // keys per tile
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = kWarps * 32;
+
+/// Shared memory of a CTA: Q, then two stages of K and V tiles; rows of D 16-bit values.
+template <int kDQK, int kDV>
+struct PrefillSmem {
+  static constexpr int q = 0;
+  static constexpr int k0 = q + kBlockM * kDQK * 2;
+  static constexpr int v0 = k0 + 2 * kBlockN * kDQK * 2;
+  static constexpr int total = v0 + 2 * kBlockN * kDV * 2;
+};
+
+/// Byte offset of the 16-byte piece `piece` of row `row` in a tile of rows of kD 16-bit values: pieces are
+/// permuted within each 128-byte group by the row's low three bits, so that the eight rows an ldmatrix reads
+/// at one column land in eight different bank groups.
+template <int kD>
+__device__ __forceinline__ uint32_t tile_offset(int row, int piece) {
+  return uint32_t(row * kD * 2 + ((piece & ~7) | ((piece ^ row) & 7)) * 16);
+}
+
+/// Copies `rows` rows of kD values from `src` (row stride in elements) into a swizzled tile, zero-filling the
+/// rows from `valid` on (their source is never read).
+template <int kD>
+__device__ __forceinline__ void load_tile(uint32_t dst, const uint8_t* src, int64_t stride, int valid, int rows) {
+  constexpr int kPieces = kD / 8;
+  for (int idx = int(threadIdx.x); idx < rows * kPieces; idx += kThreads) {
+    const int row = idx / kPieces, piece = idx % kPieces;
+    const bool ok = row < valid;
+    const uint8_t* s = ok ? src + (int64_t(row) * stride + piece * 8) * 2 : src;
+    cp_async_16(dst + tile_offset<kD>(row, piece), s, ok ? 16 : 0);
+  }
+}
+
+/// The request of CTA slot x: the largest r with floor(cu_q[r] / 64) + r <= x.
+__device__ __forceinline__ int32_t request_of_slot(const PrefillParams& p, int64_t x) {
+  int32_t lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    const int64_t c = min(max(int64_t(p.cu_q[mid * p.cu_q_stride]), int64_t(0)), p.t_q);
+    if (c / kBlockM + mid <= x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+template <bool kBf16, int kDQK, int kDV>
+__global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(kDQK % 16 == 0 && kDV % 16 == 0);
+  using Smem = PrefillSmem<kDQK, kDV>;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const uint32_t base = smem_addr(smem_raw);
+
+  // ---- which request, which 64 rows, which keys ----
+  const int64_t slot = blockIdx.x;
+  const int h = int(blockIdx.y);
+  const int32_t r = request_of_slot(p, slot);
+  const auto clamp_cu = [](const int32_t* cu, int64_t stride, int32_t i, int64_t total) {
+    return min(max(int64_t(cu[i * stride]), int64_t(0)), total);
+  };
+  const int64_t q0 = clamp_cu(p.cu_q, p.cu_q_stride, r, p.t_q);
+  const int64_t lq = max(clamp_cu(p.cu_q, p.cu_q_stride, r + 1, p.t_q) - q0, int64_t(0));
+  const int64_t k0 = clamp_cu(p.cu_k, p.cu_k_stride, r, p.t_k);
+  const int64_t lk = max(clamp_cu(p.cu_k, p.cu_k_stride, r + 1, p.t_k) - k0, int64_t(0));
+  const int64_t m0 = (slot - (q0 / kBlockM + r)) * kBlockM;  // first row of this block within the request
+  if (m0 >= lq) return;
+  const int rows = int(min(int64_t(kBlockM), lq - m0));
+  // Keys [0, kv_end) hold every key a row of this block sees (bottom-right causal: row i sees j <= i + lk - lq).
+  const int64_t kv_end = p.causal ? min(lk, max(m0 + kBlockM + lk - lq, int64_t(0))) : lk;
+  const int32_t n_tiles = int32_t((kv_end + kBlockN - 1) / kBlockN);
+
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int gid = lane / 4, tig = lane % 4;
+  const uint8_t* q_src = p.q + ((q0 + m0) * p.q_stride_t + int64_t(h) * p.q_stride_h) * 2;
+  const uint8_t* k_src = p.k + (k0 * p.k_stride_t + int64_t(h) * p.k_stride_h) * 2;
+  const uint8_t* v_src = p.v + (k0 * p.v_stride_t + int64_t(h) * p.v_stride_h) * 2;
+
+  auto load_kv = [&](int32_t t) {  // tile t into stage t % 2
+    const int valid = int(min(int64_t(kBlockN), lk - int64_t(t) * kBlockN));
+    const int st = t & 1;
+    load_tile<kDQK>(base + Smem::k0 + st * kBlockN * kDQK * 2, k_src + int64_t(t) * kBlockN * p.k_stride_t * 2,
+                    p.k_stride_t, valid, kBlockN);
+    load_tile<kDV>(base + Smem::v0 + st * kBlockN * kDV * 2, v_src + int64_t(t) * kBlockN * p.v_stride_t * 2,
+                   p.v_stride_t, valid, kBlockN);
+  };
+  load_tile<kDQK>(base + Smem::q, q_src, p.q_stride_t, rows, kBlockM);
+  if (n_tiles > 0) load_kv(0);
+  cp_async_commit();
+
+
+  // Visible keys of this thread's two rows: [0, limit).
+  int64_t limit[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int64_t i = m0 + warp * 16 + gid + 8 * e;
+    limit[e] = p.causal ? min(lk, max(i + lk - lq + 1, int64_t(0))) : lk;
+  }
+  float o[kDV / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int32_t t = 0; t < n_tiles; ++t) {
+    if (t + 1 < n_tiles) load_kv(t + 1);  // the stage read in the previous iteration (synced at its end)
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const uint32_t ks = base + Smem::k0 + (t & 1) * kBlockN * kDQK * 2;
+    const uint32_t vs = base + Smem::v0 + (t & 1) * kBlockN * kDV * 2;
+
+    // ---- S = Q K^T (16 x 64 per warp) ----
+    float s[kBlockN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kDQK / 16; ++kk) {
+      // Q's A fragment of this k-step, re-read from shared memory every tile: holding all of Q in registers
+      // (48 of them at d_qk = 192) made ptxas spill.
+      uint32_t qa[4];
+      ldmatrix_x4(qa, base + Smem::q + tile_offset<kDQK>(warp * 16 + lane % 16, 2 * kk + lane / 16));
+#pragma unroll
+      for (int np = 0; np < kBlockN / 16; ++np) {  // two n-tiles of 8 keys per ldmatrix
+        uint32_t b[4];
+        const int j = lane / 8;
+        ldmatrix_x4(b, ks + tile_offset<kDQK>(np * 16 + (j >> 1) * 8 + lane % 8, 2 * kk + (j & 1)));
+        mma_16816<kBf16>(s[2 * np], qa, b[0], b[1]);
+        mma_16816<kBf16>(s[2 * np + 1], qa, b[2], b[3]);
+      }
+    }
+
+    // ---- online softmax (log2 domain) ----
+    const int64_t t0 = int64_t(t) * kBlockN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t col = t0 + nt * 8 + 2 * tig + (e & 1);
+        s[nt][e] = col < limit[e >> 1] ? s[nt][e] * p.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+      }
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+      const float m_new = fmaxf(m[e], mx[e]);
+      m_use[e] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, not NaN
+      alpha[e] = exp2f(m[e] - m_use[e]);
+      m[e] = m_new;
+      l[e] *= alpha[e];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kDV / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e >> 1];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        l[e >> 1] += s[nt][e];
+      }
+    }
+
+    // ---- O += P V: P from the S accumulators (16 keys per k-step), V through ldmatrix.trans ----
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pack_float2<kBf16>(s[2 * kk][0], s[2 * kk][1]), pack_float2<kBf16>(s[2 * kk][2], s[2 * kk][3]),
+                             pack_float2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_float2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int nn = 0; nn < kDV / 16; ++nn) {  // two n-tiles of 8 output columns per ldmatrix
+        uint32_t b[4];
+        const int j = lane / 8;
+        ldmatrix_x4_trans(b, vs + tile_offset<kDV>(kk * 16 + (j & 1) * 8 + lane % 8, 2 * nn + (j >> 1)));
+        mma_16816<kBf16>(o[2 * nn], a, b[0], b[1]);
+        mma_16816<kBf16>(o[2 * nn + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+  cp_async_wait_all();
+
+  // ---- epilogue: row sums over the four lanes of a row, out and lse ----
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int row = warp * 16 + gid + 8 * e;
+    if (row >= rows) continue;
+    const int64_t token = q0 + m0 + row;
+    const bool empty = !(l[e] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l[e];
+    uint8_t* orow = p.out + (token * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+    for (int nt = 0; nt < kDV / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(orow + (nt * 8 + 2 * tig) * 2) =
+          pack_float2<kBf16>(o[nt][2 * e] * inv, o[nt][2 * e + 1] * inv);
+    }
+    if (p.lse != nullptr && tig == 0) {
+      p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = empty ? -INFINITY : (m[e] + log2f(l[e])) * 0.69314718f;
+    }
+  }
+}
+
+}  // namespace mlakit::cuda::prefill

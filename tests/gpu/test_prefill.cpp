@@ -1,0 +1,154 @@
+// The cuda backend's ragged prefill (issue 10, docs/spec.md section 3) against the CPU reference with the
+// tolerances of docs/spec.md section 10: ragged batches with requests of no queries and no keys, Lq == Lk and
+// Lq < Lk (extend), single tokens, odd head counts, every compiled (d_qk, d_v), causal and not, strided token rows
+// with NaN-poisoned padding, NaN after the last key (zero-filled by the kernel, never read), poisoned outputs.
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/decode_case.h"
+#include "common/prefill_case.h"
+#include "mlakit/backend.h"
+#include "mlakit/registry.h"
+#include "reference/ops.h"
+#include "test_cache_util.h"
+
+namespace mlakit::test {
+namespace {
+
+constexpr Geometry kGeometries[] = {{192, 128}, {128, 128}, {64, 64}};
+constexpr int64_t kPoisonTokens = 64;  // NaN tokens after the last key of k and v on the device
+
+/// Uploads `bits` followed by kPoisonTokens tokens of NaN (the kernel must not read past the last key).
+void upload_poisoned(DeviceBuffer* buf, const std::vector<uint16_t>& bits, int64_t token_stride) {
+  std::vector<uint16_t> padded = bits;
+  padded.insert(padded.end(), size_t(kPoisonTokens * token_stride), kPoison16);
+  DeviceBuffer::upload(buf, padded);
+}
+
+/// Runs the case on the cuda backend and on the reference; compares out (every element) and lse.
+void expect_matches_reference(const PrefillCaseConfig& cfg) {
+  SCOPED_TRACE(describe(cfg));
+  std::string why;
+  const Backend* cuda = cuda_backend(&why);
+  if (cuda == nullptr) GTEST_SKIP() << why;
+
+  PrefillCase c = PrefillCase::generate(cfg);
+  PrefillProblem host = c.problem();
+  ASSERT_TRUE(reference::prefill(host).ok());
+  const std::vector<float> ref_out = to_floats(c.out, cfg.dtype);
+  const std::vector<float> ref_lse = c.lse;
+
+  DeviceBuffer dq, dk, dv, dcq, dck, dout, dlse;
+  DeviceBuffer::upload(&dq, c.q);
+  upload_poisoned(&dk, c.k, c.token_stride(cfg.geometry.d_qk));
+  upload_poisoned(&dv, c.v, c.token_stride(cfg.geometry.d_vh));
+  DeviceBuffer::upload(&dcq, c.cu_q);
+  DeviceBuffer::upload(&dck, c.cu_k);
+  DeviceBuffer::upload(&dout, std::vector<uint16_t>(c.out.size(), kPoison16));
+  DeviceBuffer::upload(&dlse, std::vector<float>(c.lse.size(), NAN));
+  const Device gpu{DeviceType::kCUDA, 0};
+  PrefillProblem p = host;
+  const auto on_gpu = [&](TensorView t, const DeviceBuffer& b) {
+    t.data = b.get();
+    t.device = gpu;
+    return t;
+  };
+  p.q = on_gpu(host.q, dq);
+  p.k = on_gpu(host.k, dk);
+  p.v = on_gpu(host.v, dv);
+  p.cu_seqlens_q = on_gpu(host.cu_seqlens_q, dcq);
+  p.cu_seqlens_k = on_gpu(host.cu_seqlens_k, dck);
+  p.out = on_gpu(host.out, dout);
+  p.lse = on_gpu(host.lse, dlse);
+  const Status st = cuda->run(p, Stream{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CACHE_TEST_CUDA(cudaDeviceSynchronize());
+
+  const std::vector<float> out = to_floats(dout.download<uint16_t>(c.out.size()), cfg.dtype);
+  const std::vector<float> lse = dlse.download<float>(c.lse.size());
+  float vmax = 0.0f;  // over every value of v: at least each row's vmax, so the bound is never tighter than SPEC's
+  for (float x : to_floats(c.v, cfg.dtype)) {
+    if (std::isfinite(x)) vmax = std::max(vmax, std::fabs(x));
+  }
+  const std::vector<float> row_vmax{vmax};
+  EXPECT_TRUE(check_out(out, ref_out, row_vmax, cfg.geometry.d_vh, cfg.dtype));
+  EXPECT_TRUE(check_lse(lse, ref_lse));
+}
+
+using Params = std::tuple<DType, bool /*causal*/, int64_t /*h_q*/, int /*geometry*/>;
+class CudaPrefill : public ::testing::TestWithParam<Params> {};
+
+TEST_P(CudaPrefill, RaggedBatchMatchesReference) {
+  const auto [dtype, causal, h_q, geometry] = GetParam();
+  PrefillCaseConfig cfg;
+  cfg.dtype = dtype;
+  cfg.causal = causal;
+  cfg.h_q = h_q;
+  cfg.geometry = kGeometries[geometry];
+  // No queries (with and without keys), single tokens, Lq == Lk across tile edges, Lq < Lk (extend), several
+  // 64-row blocks per request, a last key tile that is partial.
+  cfg.lens = {{0, 0}, {0, 4}, {1, 1}, {3, 10}, {7, 7}, {64, 64}, {65, 130}, {1, 33}, {200, 200}, {130, 1000}, {5, 40}};
+  cfg.seed = 900 + uint64_t(dtype) * 10 + uint64_t(h_q) + (causal ? 5 : 0) + uint64_t(geometry) * 100;
+  expect_matches_reference(cfg);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ragged, CudaPrefill,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kFP16), ::testing::Bool(),
+                                            ::testing::Values(int64_t{1}, int64_t{3}), ::testing::Values(0, 1, 2)));
+
+TEST(CudaPrefillLong, OneRequestOf2048TokensCausal) {
+  PrefillCaseConfig cfg;
+  cfg.h_q = 2;
+  cfg.causal = true;
+  cfg.lens = {{2048, 2048}};
+  cfg.seed = 77;
+  expect_matches_reference(cfg);
+}
+
+TEST(CudaPrefillLong, ExtendOver3000CachedTokens) {
+  PrefillCaseConfig cfg;
+  cfg.h_q = 1;
+  cfg.causal = true;
+  cfg.lens = {{300, 3300}, {1, 3000}, {64, 64}};
+  cfg.seed = 78;
+  expect_matches_reference(cfg);
+}
+
+TEST(CudaPrefillSupports, NamesTheUncompiledHeadDims) {
+  std::string why;
+  const Backend* cuda = cuda_backend(&why);
+  if (cuda == nullptr) GTEST_SKIP() << why;
+  PrefillCaseConfig cfg;
+  cfg.geometry = {96, 64};
+  cfg.lens = {{4, 4}};
+  PrefillCase c = PrefillCase::generate(cfg);
+  PrefillProblem p = c.problem();
+  DeviceBuffer dq, dk, dv, dcq, dck, dout;
+  DeviceBuffer::upload(&dq, c.q);
+  DeviceBuffer::upload(&dk, c.k);
+  DeviceBuffer::upload(&dv, c.v);
+  DeviceBuffer::upload(&dcq, c.cu_q);
+  DeviceBuffer::upload(&dck, c.cu_k);
+  DeviceBuffer::upload(&dout, c.out);
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (auto [t, b] : {std::pair{&p.q, &dq}, {&p.k, &dk}, {&p.v, &dv}, {&p.cu_seqlens_q, &dcq}, {&p.cu_seqlens_k, &dck},
+                      {&p.out, &dout}}) {
+    t->data = b->get();
+    t->device = gpu;
+  }
+  p.lse = TensorView{};
+  const Status st = cuda->supports(p);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("(d_qk, d_v)=(96, 64)"), std::string::npos) << st.to_string();
+}
+
+}  // namespace
+}  // namespace mlakit::test
