@@ -12,6 +12,7 @@
 #include "cache_bench.h"
 #include "cp_bench.h"
 #include "decode_workload.h"
+#include "prefill_bench.h"
 #include "sparse_bench.h"
 #include "mlakit/registry.h"
 
@@ -26,13 +27,15 @@ constexpr int64_t kCpuAppendTokens = 4096;  // CPU stand-ins for the cache modes
 constexpr int64_t kCpuGatherRows = 65536;
 
 constexpr const char* kHelp = R"(usage: mlakit bench [options]
-  --mode M           decode (default) | sparse (sparse_decode) | append (append_kv) | gather (gather_kv) |
-                     cp (context-parallel decode over this process's GPUs: issue 12's shapes on 1 and N GPUs)
+  --mode M           decode (default) | sparse (sparse_decode) | prefill (ragged 192/128) | append (append_kv) |
+                     gather (gather_kv) | cp (context-parallel decode over this process's GPUs: issue 12's shapes
+                     on 1 and N GPUs)
   --gpus N --interleave I   cp: GPUs (default: every visible one) and tokens per run of the shard rule (default 1)
   --preset NAME      decode: default (b=128, L=8192, h_q=16: a DeepSeek-V3 TP8 decode step) | anchors (the nine
                      anchor shapes of docs/performance.md; on a GPU without --backend, every CUDA decode path
                      the device runs, one row each)
                      sparse: default (b=128, s_q=2, h_q=128, topk=2048, fp8_ds_mla) | anchors (issue 9's five shapes)
+                     prefill: default (1 request of 4096 tokens, h=128, causal) | anchors (issue 10's five shapes)
   --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
   --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
@@ -43,7 +46,7 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
   --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)
 Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply);
-sparse at b=2, topk=256; append and gather at 4096 tokens and 65,536 rows.
+sparse at b=2, topk=256; prefill at h=2 and 1/32 of the lengths; append and gather at 4096 tokens and 65,536 rows.
 )";
 
 struct Row {
@@ -255,6 +258,45 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
   return failures ? 1 : 0;
 }
 
+/// prefill: the whole call timed, TFLOP/s by issue 10's model (attended pairs only), sampled rows checked.
+int bench_prefill(const Args& args, const Registry& registry, const Preference& pref, DeviceMemory* mem, bool on_cpu,
+                  int64_t iters) {
+  std::vector<PrefillBenchSpec> specs;
+  Status s = prefill_preset_specs(args.get("preset", "default"), &specs);
+  if (s.ok()) s = apply_prefill_overrides(args, on_cpu, &specs);
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole prefill call timed\n", version(),
+              device_name(mem->device()).c_str(), static_cast<long long>(iters));
+  std::printf("%-50s %-9s %9s %8s %9s %6s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "%peak",
+              "xcuDNN", "max err", "check");
+  int failures = 0;
+  for (const PrefillBenchSpec& spec : specs) {
+    std::fprintf(stderr, "%s ...\n", spec.describe().c_str());
+    const PrefillBenchResult r = run_prefill_bench(spec, registry, pref, mem, iters);
+    if (!r.status.ok()) {
+      ++failures;
+      std::printf("%-50s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+      continue;
+    }
+    if (!r.check.passed()) ++failures;
+    const std::string check =
+        r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " rows)" : "OUTSIDE SPEC TOLERANCE";
+    const double tflops = spec.flops() / (r.median_ms * 1e-3) * 1e-12;
+    const std::string x = spec.cudnn_ms > 0 ? std::to_string(spec.cudnn_ms / r.median_ms).substr(0, 4) : "-";
+    std::printf("%-50s %-9s %9.4f %8.1f %9.1f %5.1f%% %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(),
+                r.median_ms, r.host_us, tflops, 100 * tflops / kGemmCeilingTFlops, x.c_str(),
+                std::to_string(r.check.max_abs_err).substr(0, 9).c_str(), check.c_str());
+  }
+  std::printf("TFLOP/s: 2 * h * (d_qk + d_v) * attended (query, key) pairs; %%peak: of the H100's 745 TFLOP/s;\n"
+              "xcuDNN: torch SDPA (cuDNN) on the H100 (issue 10's table, padded dense batch) over ours (> 1 means\n"
+              "faster than it); rows checked: first and last query of the first and last request, heads 0 and h-1\n");
+  if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");
+  return failures ? 1 : 0;
+}
+
 /// append / gather: GB/s against the copy ceiling, every written byte compared with the reference's.
 int bench_cache(const Args& args, bool append, const Registry& registry, const Preference& pref, DeviceMemory* mem,
                 bool on_cpu, int64_t iters) {
@@ -316,8 +358,8 @@ int cmd_bench(int argc, char** argv) {
     return s.ok() ? 0 : 2;
   }
   const std::string mode = args.get("mode", "decode");
-  if (mode != "decode" && mode != "sparse" && mode != "append" && mode != "gather" && mode != "cp") {
-    std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, append, gather, cp\n", mode.c_str());
+  if (mode != "decode" && mode != "sparse" && mode != "prefill" && mode != "append" && mode != "gather" && mode != "cp") {
+    std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, prefill, append, gather, cp\n", mode.c_str());
     return 2;
   }
   const Registry registry = make_default_registry();
@@ -363,6 +405,7 @@ int cmd_bench(int argc, char** argv) {
   }
   if (mode == "decode") return bench_decode(args, registry, pref, mem.get(), on_cpu, iters);
   if (mode == "sparse") return bench_sparse(args, registry, pref, mem.get(), on_cpu, iters);
+  if (mode == "prefill") return bench_prefill(args, registry, pref, mem.get(), on_cpu, iters);
   return bench_cache(args, mode == "append", registry, pref, mem.get(), on_cpu, iters);
 }
 
