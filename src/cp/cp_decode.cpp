@@ -171,21 +171,30 @@ Status ContextParallelDecode::run(const DecodeProblem& p, Workspace ws, Stream s
   const ncclDataType_t out_type = p.q.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
   const size_t out_count = size_t(l.rows) * size_t(d_v);
   const auto cs = static_cast<cudaStream_t>(stream);
+  // The calls between ncclGroupStart and ncclGroupEnd only queue work; the first failure among them is kept
+  // and the group is closed whatever happened, so that a failed call never leaves this thread inside a group.
   MLAKIT_NCCL_TRY(ncclGroupStart());
+  ncclResult_t queued = ncclSuccess;
+  const char* failed = nullptr;
+  const auto queue = [&](ncclResult_t r, const char* what) {
+    if (r != ncclSuccess && queued == ncclSuccess) queued = r, failed = what;
+  };
   if (root < 0) {
-    MLAKIT_NCCL_TRY(ncclAllGather(out_slot(rank_), outs, out_count, out_type, comm_, cs));
-    MLAKIT_NCCL_TRY(ncclAllGather(lse_slot(rank_), lses, size_t(l.rows), ncclFloat32, comm_, cs));
+    queue(ncclAllGather(out_slot(rank_), outs, out_count, out_type, comm_, cs), "ncclAllGather(out)");
+    queue(ncclAllGather(lse_slot(rank_), lses, size_t(l.rows), ncclFloat32, comm_, cs), "ncclAllGather(lse)");
   } else if (rank_ != root) {
-    MLAKIT_NCCL_TRY(ncclSend(out_slot(rank_), out_count, out_type, root, comm_, cs));
-    MLAKIT_NCCL_TRY(ncclSend(lse_slot(rank_), size_t(l.rows), ncclFloat32, root, comm_, cs));
+    queue(ncclSend(out_slot(rank_), out_count, out_type, root, comm_, cs), "ncclSend(out)");
+    queue(ncclSend(lse_slot(rank_), size_t(l.rows), ncclFloat32, root, comm_, cs), "ncclSend(lse)");
   } else {
     for (int r = 0; r < world_; ++r) {
       if (r == root) continue;
-      MLAKIT_NCCL_TRY(ncclRecv(out_slot(r), out_count, out_type, r, comm_, cs));
-      MLAKIT_NCCL_TRY(ncclRecv(lse_slot(r), size_t(l.rows), ncclFloat32, r, comm_, cs));
+      queue(ncclRecv(out_slot(r), out_count, out_type, r, comm_, cs), "ncclRecv(out)");
+      queue(ncclRecv(lse_slot(r), size_t(l.rows), ncclFloat32, r, comm_, cs), "ncclRecv(lse)");
     }
   }
-  MLAKIT_NCCL_TRY(ncclGroupEnd());
+  const ncclResult_t closed = ncclGroupEnd();
+  MLAKIT_TRY(nccl_try(queued, failed != nullptr ? failed : "ncclGroup"));
+  MLAKIT_TRY(nccl_try(closed, "ncclGroupEnd()"));
   if (root >= 0 && rank_ != root) return {};
 
   // 3. The merge of the world partials into the caller's out and lse (docs/spec.md section 6).
