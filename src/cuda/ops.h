@@ -43,6 +43,11 @@ std::vector<Feature> prefill_features();
 Status prefill_supports(const PrefillProblem& p);
 Status prefill_run(const PrefillProblem& p, Stream stream);
 
+// prefill/sm90: the Hopper ragged prefill (issue 10)
+std::vector<Feature> prefill_sm90_features();
+Status prefill_sm90_supports(const PrefillProblem& p);
+Status prefill_sm90_run(const PrefillProblem& p, Stream stream);
+
 // cache/ (issue 4)
 std::vector<Feature> cache_features();
 Status append_kv_supports(const AppendKvProblem& p);

@@ -1,5 +1,5 @@
-// The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer, and sparse decode on the
-// same kernel with a gathering producer (decode/sm90/).
+// The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer, sparse decode on the
+// same kernel with a gathering producer (decode/sm90/), and the ragged prefill (prefill/sm90/).
 // Every other operation is left to the portable backend, which selection reports by name. Availability
 // is checked per call from the current device and the kernel image; nothing is cached in globals.
 
@@ -23,6 +23,7 @@ class CudaSm90Backend final : public Backend {
   std::vector<Feature> features() const override {
     std::vector<Feature> all = cuda::decode_sm90_features();
     for (Feature& f : cuda::sparse_decode_sm90_features()) all.push_back(std::move(f));
+    for (Feature& f : cuda::prefill_sm90_features()) all.push_back(std::move(f));
     return all;
   }
   Status available() const override { return cuda::decode_sm90_available(); }
@@ -47,6 +48,8 @@ class CudaSm90Backend final : public Backend {
   Status do_run_sparse_decode(const SparseDecodeProblem& p, Workspace ws, Stream s) const override {
     return cuda::sparse_decode_sm90_run(p, ws, s);
   }
+  Status do_supports_prefill(const PrefillProblem& p) const override { return cuda::prefill_sm90_supports(p); }
+  Status do_run_prefill(const PrefillProblem& p, Stream s) const override { return cuda::prefill_sm90_run(p, s); }
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The cuda backend's ragged prefill (issue 10, docs/spec.md section 3) against the CPU reference with the
-// tolerances of docs/spec.md section 10: ragged batches with requests of no queries and no keys, Lq == Lk and
+// Both CUDA prefill paths (issue 10, docs/spec.md section 3: "cuda", the portable kernel, and "cuda_sm90", the
+// Hopper one) against the CPU reference with the tolerances of docs/spec.md section 10: ragged batches with requests of no queries and no keys, Lq == Lk and
 // Lq < Lk (extend), single tokens, odd head counts, every compiled (d_qk, d_v), causal and not, strided token rows
 // with NaN-poisoned padding, NaN after the last key (zero-filled by the kernel, never read), poisoned outputs.
 
@@ -33,11 +33,14 @@ void upload_poisoned(DeviceBuffer* buf, const std::vector<uint16_t>& bits, int64
   DeviceBuffer::upload(buf, padded);
 }
 
-/// Runs the case on the cuda backend and on the reference; compares out (every element) and lse.
-void expect_matches_reference(const PrefillCaseConfig& cfg) {
-  SCOPED_TRACE(describe(cfg));
+/// (d_qk, d_v) pairs a path is not compiled for: it must refuse them by name, and the case is skipped.
+bool path_lacks(const std::string& backend, const Geometry& g) { return backend == "cuda_sm90" && g.d_vh != 128; }
+
+/// Runs the case on CUDA backend `backend` and on the reference; compares out (every element) and lse.
+void expect_matches_reference(const PrefillCaseConfig& cfg, const std::string& backend = "cuda") {
+  SCOPED_TRACE(describe(cfg) + " backend=" + backend);
   std::string why;
-  const Backend* cuda = cuda_backend(&why);
+  const Backend* cuda = cuda_backend(&why, backend);
   if (cuda == nullptr) GTEST_SKIP() << why;
 
   PrefillCase c = PrefillCase::generate(cfg);
@@ -68,6 +71,12 @@ void expect_matches_reference(const PrefillCaseConfig& cfg) {
   p.cu_seqlens_k = on_gpu(host.cu_seqlens_k, dck);
   p.out = on_gpu(host.out, dout);
   p.lse = on_gpu(host.lse, dlse);
+  if (path_lacks(backend, cfg.geometry)) {
+    const Status refused = cuda->supports(p);
+    EXPECT_EQ(refused.code(), StatusCode::kNotSupported) << refused.to_string();
+    EXPECT_NE(refused.message().find("(d_qk, d_v)="), std::string::npos) << refused.to_string();
+    GTEST_SKIP() << "not compiled on " << backend << ": " << refused.message();
+  }
   const Status st = cuda->run(p, Stream{});
   ASSERT_TRUE(st.ok()) << st.to_string();
   CACHE_TEST_CUDA(cudaDeviceSynchronize());
@@ -83,11 +92,11 @@ void expect_matches_reference(const PrefillCaseConfig& cfg) {
   EXPECT_TRUE(check_lse(lse, ref_lse));
 }
 
-using Params = std::tuple<DType, bool /*causal*/, int64_t /*h_q*/, int /*geometry*/>;
+using Params = std::tuple<std::string /*backend*/, DType, bool /*causal*/, int64_t /*h_q*/, int /*geometry*/>;
 class CudaPrefill : public ::testing::TestWithParam<Params> {};
 
 TEST_P(CudaPrefill, RaggedBatchMatchesReference) {
-  const auto [dtype, causal, h_q, geometry] = GetParam();
+  const auto [backend, dtype, causal, h_q, geometry] = GetParam();
   PrefillCaseConfig cfg;
   cfg.dtype = dtype;
   cfg.causal = causal;
@@ -97,30 +106,45 @@ TEST_P(CudaPrefill, RaggedBatchMatchesReference) {
   // 64-row blocks per request, a last key tile that is partial.
   cfg.lens = {{0, 0}, {0, 4}, {1, 1}, {3, 10}, {7, 7}, {64, 64}, {65, 130}, {1, 33}, {200, 200}, {130, 1000}, {5, 40}};
   cfg.seed = 900 + uint64_t(dtype) * 10 + uint64_t(h_q) + (causal ? 5 : 0) + uint64_t(geometry) * 100;
-  expect_matches_reference(cfg);
+  expect_matches_reference(cfg, backend);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ragged, CudaPrefill,
-                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kFP16), ::testing::Bool(),
+                         ::testing::Combine(::testing::Values(std::string("cuda"), std::string("cuda_sm90")),
+                                            ::testing::Values(DType::kBF16, DType::kFP16), ::testing::Bool(),
                                             ::testing::Values(int64_t{1}, int64_t{3}), ::testing::Values(0, 1, 2)));
 
-TEST(CudaPrefillLong, OneRequestOf2048TokensCausal) {
+class CudaPrefillLong : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaPrefillLong, OneRequestOf2048TokensCausal) {
   PrefillCaseConfig cfg;
   cfg.h_q = 2;
   cfg.causal = true;
   cfg.lens = {{2048, 2048}};
   cfg.seed = 77;
-  expect_matches_reference(cfg);
+  expect_matches_reference(cfg, GetParam());
 }
 
-TEST(CudaPrefillLong, ExtendOver3000CachedTokens) {
+TEST_P(CudaPrefillLong, ExtendOver3000CachedTokens) {
   PrefillCaseConfig cfg;
   cfg.h_q = 1;
   cfg.causal = true;
   cfg.lens = {{300, 3300}, {1, 3000}, {64, 64}};
   cfg.seed = 78;
-  expect_matches_reference(cfg);
+  expect_matches_reference(cfg, GetParam());
 }
+
+TEST_P(CudaPrefillLong, ManyShortRequestsNonCausal) {
+  PrefillCaseConfig cfg;
+  cfg.h_q = 5;
+  cfg.lens.assign(40, {33, 97});
+  cfg.lens.push_back({0, 0});
+  cfg.lens.push_back({129, 129});
+  cfg.seed = 79;
+  expect_matches_reference(cfg, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
 
 TEST(CudaPrefillSupports, NamesTheUncompiledHeadDims) {
   std::string why;

@@ -86,14 +86,14 @@ __global__ void qk_kernel(const uint16_t* a, const uint16_t* b, float* d) {
   }
 }
 
-// D[64 x 256] = P[64 x 64] V[64 x 256]; P K-major (one chunk) from shared memory or registers, V MN-major
-// (token rows of 64 values per chunk, four chunks).
-template <bool kPRegisters>
+// D[64 x kN] = P[64 x 64] V[64 x kN]; P K-major (one chunk) from shared memory or registers, V MN-major
+// (token rows of 64 values per chunk, kN / 64 chunks). kN = 128 exists with P from registers only (the prefill's).
+template <int kN, bool kPRegisters>
 __global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
   extern __shared__ uint8_t raw[];
   uint8_t* sm = aligned_smem(raw);
   to_swizzled(p, 64, 1, 64, sm);
-  to_swizzled(v, 64, 4, 256, sm + kChunk);
+  to_swizzled(v, 64, kN / 64, kN, sm + kChunk);
   fence_proxy_async();
   __syncthreads();
   const uint32_t sp = smem_addr(sm), sv = sp + kChunk;
@@ -106,12 +106,15 @@ __global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
     a[kk][2] = pair(r0, 16 * kk + 8 + 2 * tig);
     a[kk][3] = pair(r0 + 8, 16 * kk + 8 + 2 * tig);
   }
-  float acc[128];
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  float acc[kN / 2];
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   wgmma_fence();
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t bv = wgmma_desc(sv + kk * 16 * 128, kChunk, 1024);
-    if constexpr (kPRegisters) {
+    if constexpr (kN == 128) {
+      static_assert(kPRegisters);
+      wgmma_m64n128k16_rs_tb<true>(acc, a[kk], bv);
+    } else if constexpr (kPRegisters) {
       wgmma_m64n256k16_rs_tb<true>(acc, a[kk], bv);
     } else {
       wgmma_m64n256k16_ss_tb<true>(acc, wgmma_desc(sp + kk * 32, 16, 1024), bv);
@@ -120,10 +123,10 @@ __global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(acc);
-  for (int i = 0; i < 128; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     int r, col;
     acc_pos(i, &r, &col);
-    d[r * 256 + col] = acc[i];
+    d[r * kN + col] = acc[i];
   }
 }
 
@@ -221,23 +224,23 @@ TEST(PtxSm90, WgmmaKMajorBothOperands) {
   cudaFree(dd);
 }
 
-template <bool kPRegisters>
+template <int kN, bool kPRegisters>
 void check_pv() {
-  const auto p = random_bf16(64 * 64, 3), v = random_bf16(64 * 256, 4);
+  const auto p = random_bf16(64 * 64, 3), v = random_bf16(64 * kN, 4);
   uint16_t *dp = device_copy(p), *dv = device_copy(v);
   float* dd = nullptr;
-  ASSERT_EQ(cudaMalloc(&dd, 64 * 256 * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemset(dd, 0xFF, 64 * 256 * 4), cudaSuccess);
-  ASSERT_EQ(cudaFuncSetAttribute(pv_kernel<kPRegisters>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * kChunk),
+  ASSERT_EQ(cudaMalloc(&dd, 64 * kN * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dd, 0xFF, 64 * kN * 4), cudaSuccess);
+  ASSERT_EQ(cudaFuncSetAttribute(pv_kernel<kN, kPRegisters>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * kChunk),
             cudaSuccess);
-  pv_kernel<kPRegisters><<<1, 128, 6 * kChunk>>>(dp, dv, dd);
+  pv_kernel<kN, kPRegisters><<<1, 128, 6 * kChunk>>>(dp, dv, dd);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-  std::vector<float> got(64 * 256);
+  std::vector<float> got(64 * kN);
   ASSERT_EQ(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  std::vector<double> want(64 * 256, 0.0);
+  std::vector<double> want(64 * kN, 0.0);
   for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 256; ++n)
-      for (int k = 0; k < 64; ++k) want[m * 256 + n] += double(bf16_to_float(p[m * 64 + k])) * bf16_to_float(v[k * 256 + n]);
+    for (int n = 0; n < kN; ++n)
+      for (int k = 0; k < 64; ++k) want[m * kN + n] += double(bf16_to_float(p[m * 64 + k])) * bf16_to_float(v[k * kN + n]);
   EXPECT_LT(worst_error(got, want), 1e-5);
   cudaFree(dp);
   cudaFree(dv);
@@ -246,12 +249,17 @@ void check_pv() {
 
 TEST(PtxSm90, WgmmaMnMajorBFromSharedA) {
   SKIP_UNLESS_HOPPER();
-  check_pv<false>();
+  check_pv<256, false>();
 }
 
 TEST(PtxSm90, WgmmaMnMajorBFromRegisterA) {
   SKIP_UNLESS_HOPPER();
-  check_pv<true>();
+  check_pv<256, true>();
+}
+
+TEST(PtxSm90, WgmmaN128MnMajorBFromRegisterA) {
+  SKIP_UNLESS_HOPPER();
+  check_pv<128, true>();
 }
 
 // TMA boxes of a paged bf16 cache with padded page strides, for a page larger than the box and one smaller.

@@ -272,23 +272,33 @@ int bench_prefill(const Args& args, const Registry& registry, const Preference& 
               device_name(mem->device()).c_str(), static_cast<long long>(iters));
   std::printf("%-50s %-9s %9s %8s %9s %6s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "%peak",
               "xcuDNN", "max err", "check");
+  // The anchors on a GPU compare every CUDA path that serves prefill, unless one is named.
+  std::vector<Preference> paths = {pref};
+  if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") paths = cuda_paths(registry, pref);
   int failures = 0;
   for (const PrefillBenchSpec& spec : specs) {
-    std::fprintf(stderr, "%s ...\n", spec.describe().c_str());
-    const PrefillBenchResult r = run_prefill_bench(spec, registry, pref, mem, iters);
-    if (!r.status.ok()) {
-      ++failures;
-      std::printf("%-50s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
-      continue;
+    for (const Preference& path : paths) {
+      std::fprintf(stderr, "%s %s ...\n", spec.describe().c_str(), path.backend.c_str());
+      const PrefillBenchResult r = run_prefill_bench(spec, registry, path, mem, iters);
+      if (paths.size() > 1 && r.status.code() == StatusCode::kNotSupported) {
+        std::printf("%-50s %-9s skipped: %s\n", spec.describe().c_str(), path.backend.c_str(),
+                    r.status.message().substr(0, r.status.message().find('\n')).c_str());
+        continue;
+      }
+      if (!r.status.ok()) {
+        ++failures;
+        std::printf("%-50s %-9s FAILED: %s\n", spec.describe().c_str(), r.backend.c_str(), r.status.message().c_str());
+        continue;
+      }
+      if (!r.check.passed()) ++failures;
+      const std::string check =
+          r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " rows)" : "OUTSIDE SPEC TOLERANCE";
+      const double tflops = spec.flops() / (r.median_ms * 1e-3) * 1e-12;
+      const std::string x = spec.cudnn_ms > 0 ? std::to_string(spec.cudnn_ms / r.median_ms).substr(0, 4) : "-";
+      std::printf("%-50s %-9s %9.4f %8.1f %9.1f %5.1f%% %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(),
+                  r.median_ms, r.host_us, tflops, 100 * tflops / kGemmCeilingTFlops, x.c_str(),
+                  std::to_string(r.check.max_abs_err).substr(0, 9).c_str(), check.c_str());
     }
-    if (!r.check.passed()) ++failures;
-    const std::string check =
-        r.check.passed() ? "ok (" + std::to_string(r.check.requests) + " rows)" : "OUTSIDE SPEC TOLERANCE";
-    const double tflops = spec.flops() / (r.median_ms * 1e-3) * 1e-12;
-    const std::string x = spec.cudnn_ms > 0 ? std::to_string(spec.cudnn_ms / r.median_ms).substr(0, 4) : "-";
-    std::printf("%-50s %-9s %9.4f %8.1f %9.1f %5.1f%% %7s %10s %s\n", spec.describe().c_str(), r.backend.c_str(),
-                r.median_ms, r.host_us, tflops, 100 * tflops / kGemmCeilingTFlops, x.c_str(),
-                std::to_string(r.check.max_abs_err).substr(0, 9).c_str(), check.c_str());
   }
   std::printf("TFLOP/s: 2 * h * (d_qk + d_v) * attended (query, key) pairs; %%peak: of the H100's 745 TFLOP/s;\n"
               "xcuDNN: torch SDPA (cuDNN) on the H100 (issue 10's table, padded dense batch) over ours (> 1 means\n"

@@ -4,13 +4,9 @@
 // in tiles of 64 through a two-stage cp.async ring; Q stays in shared memory (its A fragments re-read per tile),
 // S and O in fp32 accumulators, the softmax online in the log2 domain.
 //
-// Work mapping without a host round trip: request r owns the CTA slots [start(r), start(r + 1)) of grid.x with
-// start(r) = floor(cu_seqlens_q[r] / 64) + r, at least ceil(Lq_r / 64) of them (floor((c + L) / 64) -
-// floor(c / 64) + 1 >= ceil(L / 64)); a CTA finds its request by binary search and exits when its block is past
-// Lq_r. The grid is floor(T_q / 64) + b slots, known on the host from shapes alone.
-//
-// Robust to any cu_seqlens contents: ranges are clamped to [0, T_q] and [0, T_k], rows that see no key get
-// out = 0 and lse = -inf; keys and query rows past a request are zero-filled in shared memory, never read.
+// The work mapping (slots to requests and blocks) and the parameters are shared with the Hopper kernel
+// (smxx/block.cuh). Keys and query rows past a request are zero-filled in shared memory, never read; rows that see
+// no key get out = 0 and lse = -inf.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,28 +14,9 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/prefill/smxx/block.cuh"
 
-namespace mlakit::cuda::prefill {
-
-struct PrefillParams {
-  const uint8_t* q;  // [T_q, h, d_qk], 16-bit
-  const uint8_t* k;  // [T_k, h, d_qk]
-  const uint8_t* v;  // [T_k, h, d_v]
-  uint8_t* out;      // [T_q, h, d_v]
-  float* lse;        // [T_q, h] or null
-  const int32_t* cu_q;
-  const int32_t* cu_k;
-  int64_t q_stride_t, q_stride_h;  // in elements
-  int64_t k_stride_t, k_stride_h;
-  int64_t v_stride_t, v_stride_h;
-  int64_t out_stride_t, out_stride_h;
-  int64_t lse_stride_t, lse_stride_h;
-  int64_t cu_q_stride, cu_k_stride;
-  int64_t t_q, t_k;  // total tokens
-  int32_t batch;
-  float scale_log2;  // softmax_scale * log2(e)
-  bool causal;
-};
+namespace mlakit::cuda::prefill::sm80 {
 
 inline constexpr int kBlockM = 64;  // query rows per CTA
 inline constexpr int kBlockN = 64;  // keys per tile
@@ -76,21 +53,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint8_t* src, int6
   }
 }
 
-/// The request of CTA slot x: the largest r with floor(cu_q[r] / 64) + r <= x.
-__device__ __forceinline__ int32_t request_of_slot(const PrefillParams& p, int64_t x) {
-  int32_t lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    const int64_t c = min(max(int64_t(p.cu_q[mid * p.cu_q_stride]), int64_t(0)), p.t_q);
-    if (c / kBlockM + mid <= x) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 template <bool kBf16, int kDQK, int kDV>
 __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(kDQK % 16 == 0 && kDV % 16 == 0);
@@ -99,22 +61,12 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   const uint32_t base = smem_addr(smem_raw);
 
   // ---- which request, which 64 rows, which keys ----
-  const int64_t slot = blockIdx.x;
   const int h = int(blockIdx.y);
-  const int32_t r = request_of_slot(p, slot);
-  const auto clamp_cu = [](const int32_t* cu, int64_t stride, int32_t i, int64_t total) {
-    return min(max(int64_t(cu[i * stride]), int64_t(0)), total);
-  };
-  const int64_t q0 = clamp_cu(p.cu_q, p.cu_q_stride, r, p.t_q);
-  const int64_t lq = max(clamp_cu(p.cu_q, p.cu_q_stride, r + 1, p.t_q) - q0, int64_t(0));
-  const int64_t k0 = clamp_cu(p.cu_k, p.cu_k_stride, r, p.t_k);
-  const int64_t lk = max(clamp_cu(p.cu_k, p.cu_k_stride, r + 1, p.t_k) - k0, int64_t(0));
-  const int64_t m0 = (slot - (q0 / kBlockM + r)) * kBlockM;  // first row of this block within the request
+  const Block blk = block_of_slot<kBlockM>(p, blockIdx.x);
+  const int64_t q0 = blk.q0, lq = blk.lq, k0 = blk.k0, lk = blk.lk, m0 = blk.m0;
   if (m0 >= lq) return;
   const int rows = int(min(int64_t(kBlockM), lq - m0));
-  // Keys [0, kv_end) hold every key a row of this block sees (bottom-right causal: row i sees j <= i + lk - lq).
-  const int64_t kv_end = p.causal ? min(lk, max(m0 + kBlockM + lk - lq, int64_t(0))) : lk;
-  const int32_t n_tiles = int32_t((kv_end + kBlockN - 1) / kBlockN);
+  const int32_t n_tiles = int32_t((blk.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int gid = lane / 4, tig = lane % 4;
@@ -138,10 +90,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   // Visible keys of this thread's two rows: [0, limit).
   int64_t limit[2];
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int64_t i = m0 + warp * 16 + gid + 8 * e;
-    limit[e] = p.causal ? min(lk, max(i + lk - lq + 1, int64_t(0))) : lk;
-  }
+  for (int e = 0; e < 2; ++e) limit[e] = blk.limit(p.causal, m0 + warp * 16 + gid + 8 * e);
   float o[kDV / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
@@ -252,4 +201,4 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   }
 }
 
-}  // namespace mlakit::cuda::prefill
+}  // namespace mlakit::cuda::prefill::sm80

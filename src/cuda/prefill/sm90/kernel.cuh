@@ -1,0 +1,269 @@
+#pragma once
+// The Hopper ragged prefill kernel (issue 10, docs/spec.md section 3; sm_90a only). One CTA = 128 query rows of
+// one request and one head (the slot mapping of smxx/block.cuh) and three warpgroups:
+//   0, 1  consumers: 64 rows each, every key tile: S = Q K^T (wgmma, Q and K from shared memory), the online
+//         softmax in fp32, O += P V (P from registers, V from shared memory); no state is shared between them;
+//   2     producer: Q once by TMA, then the K and V tiles of 64 keys into a ring of kStages stages: TMA boxes for
+//         whole tiles, cp.async rows for a request's partial last tile (rows past its keys zero-filled, so that
+//         P = 0 never meets a NaN of memory that is not the request's).
+// The two consumers overlap each other (one's softmax under the other's products); a stage is refilled once both
+// released it.
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/prefill/smxx/block.cuh"
+
+namespace mlakit::cuda::prefill::sm90 {
+
+inline constexpr int kRowsPerConsumer = 64;  // the wgmma M
+inline constexpr int kConsumers = 2;
+inline constexpr int kBlockM = kRowsPerConsumer * kConsumers;
+inline constexpr int kBlockN = 64;  // keys per tile
+inline constexpr int kStages = 4;
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+inline constexpr int kProducer = kConsumers;  // warpgroup index
+inline constexpr int kChunkValues = 64;       // 16-bit values per 128-byte swizzled row
+inline constexpr int kTileChunkBytes = kBlockN * 128;  // a 64-column chunk of a K or V tile (8 KB)
+inline constexpr int kQChunkBytes = kBlockM * 128;     // a 64-column chunk of the Q block (16 KB)
+inline constexpr int kReleaseArrivals = kConsumers * kWarpgroupThreads / 32;  // one per consumer warp
+/// Registers per thread after setmaxnreg (the launch allows 168 at 384 threads): the consumers hold O (64), S (32)
+/// and P (16) and spilled at 168, the producer spilled at 40 (ptxas -v: none at 56 / 224). The consumers take
+/// what the producer gives back, no more (setmaxnreg.inc draws on the CTA's released registers).
+inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+inline constexpr int kConsumerRegs = 224;
+inline constexpr int kProducerRegs = 56;
+static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs);
+
+template <int kDQK, int kDV>
+struct Layout {
+  static constexpr int kQChunks = kDQK / kChunkValues;
+  static constexpr int kVChunks = kDV / kChunkValues;
+  static constexpr int q = 0;
+  static constexpr int k_stage = kQChunks * kTileChunkBytes;
+  static constexpr int stage_bytes = k_stage + kVChunks * kTileChunkBytes;  // K chunks, then V chunks
+  static constexpr int stage0 = kQChunks * kQChunkBytes;
+  static constexpr int full = stage0 + kStages * stage_bytes;  // uint64 [kStages]
+  static constexpr int empty = full + kStages * 8;            // uint64 [kStages]
+  static constexpr int q_full = empty + kStages * 8;          // uint64
+  static constexpr int total = q_full + 8;
+  static constexpr int alloc = total + 1024;  // slack to align the base to 1024 bytes
+  static_assert(kDQK % kChunkValues == 0 && kDV == 128, "d_v = 128: the P V wgmma is m64n128k16");
+  static_assert(alloc <= 227 * 1024);
+};
+
+/// Descriptor of a K-major operand (Q, K): 64-value rows, 8-row atoms of 1024 bytes.
+__device__ __forceinline__ uint64_t k_major(uint32_t addr) { return wgmma_desc(addr, 16, 1024); }
+/// V as an MN-major B operand: token rows of 64 values per chunk, chunks kTileChunkBytes apart.
+__device__ __forceinline__ uint64_t v_operand(uint32_t addr) { return wgmma_desc(addr, kTileChunkBytes, 1024); }
+
+/// A partial tile, row by row with cp.async (all producer threads): `chunks` 64-column chunks of rows
+/// [0, kBlockN) from `src` (row stride in elements), rows from `valid` on zero-filled.
+__device__ __forceinline__ void load_rows(uint32_t dst, const uint8_t* src, int64_t stride, int chunks, int valid,
+                                          int ptid) {
+  for (int idx = ptid; idx < kBlockN * chunks * 8; idx += kWarpgroupThreads) {
+    const int row = idx / (chunks * 8), rest = idx % (chunks * 8), c = rest / 8, piece = rest % 8;
+    const bool ok = row < valid;
+    const uint8_t* s = ok ? src + (int64_t(row) * stride + c * kChunkValues + piece * 8) * 2 : src;
+    cp_async_16(dst + c * kTileChunkBytes + swizzle128(uint32_t(row), uint32_t(piece)), s, ok ? 16 : 0);
+  }
+}
+
+/// The producer's tile rule, which the consumers repeat to know which tiles need a proxy fence.
+__device__ __forceinline__ bool tile_by_rows(const Block& b, int32_t t) { return int64_t(t + 1) * kBlockN > b.lk; }
+
+template <int kDQK, int kDV>
+__device__ __forceinline__ void run_producer(const PrefillParams& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                             const CUtensorMap* v_map, const Block& b, int h, int32_t n_tiles,
+                                             uint32_t base) {
+  using L = Layout<kDQK, kDV>;
+  const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
+  if (ptid == 0) {
+    mbar_arrive_expect_tx(base + L::q_full, uint32_t(L::kQChunks * kQChunkBytes));
+    for (int c = 0; c < L::kQChunks; ++c) {
+      for (int half = 0; half < kConsumers; ++half) {
+        tma_load_3d(base + L::q + c * kQChunkBytes + half * kTileChunkBytes, q_map, base + L::q_full, c * kChunkValues,
+                    h, int32_t(b.q0 + b.m0 + half * kRowsPerConsumer));
+      }
+    }
+  }
+  for (int32_t t = 0; t < n_tiles; ++t) {
+    const int st = t % kStages;
+    const uint32_t stage = base + L::stage0 + st * L::stage_bytes;
+    const uint32_t full = base + L::full + st * 8;
+    mbar_wait(base + L::empty + st * 8, ((t / kStages) & 1) ^ 1);  // a fresh barrier counts as freed once
+    const int64_t key = b.k0 + int64_t(t) * kBlockN;
+    if (tile_by_rows(b, t)) {
+      const int valid = int(b.lk - int64_t(t) * kBlockN);
+      load_rows(stage, p.k + (key * p.k_stride_t + int64_t(h) * p.k_stride_h) * 2, p.k_stride_t, L::kQChunks, valid, ptid);
+      load_rows(stage + L::k_stage, p.v + (key * p.v_stride_t + int64_t(h) * p.v_stride_h) * 2, p.v_stride_t,
+                L::kVChunks, valid, ptid);
+      mbar_arrive_on_cp_async(full);
+    } else if (ptid == 0) {
+      mbar_arrive_expect_tx(full, uint32_t(L::stage_bytes));
+      for (int c = 0; c < L::kQChunks; ++c) {
+        tma_load_3d(stage + c * kTileChunkBytes, k_map, full, c * kChunkValues, h, int32_t(key));
+      }
+      for (int c = 0; c < L::kVChunks; ++c) {
+        tma_load_3d(stage + L::k_stage + c * kTileChunkBytes, v_map, full, c * kChunkValues, h, int32_t(key));
+      }
+    } else {
+      mbar_arrive(full);
+    }
+  }
+  cp_async_wait_all();  // no thread leaves with copies in flight
+}
+
+template <bool kBf16, int kDQK, int kDV>
+__device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block& b, int h, int32_t n_tiles, int rows,
+                                             uint32_t base, int me) {
+  using L = Layout<kDQK, kDV>;
+  const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
+  const int warp = ctid / 32, lane = ctid % 32, gid = lane / 4, tig = lane % 4;
+  const int rloc[2] = {me * kRowsPerConsumer + warp * 16 + gid, me * kRowsPerConsumer + warp * 16 + gid + 8};
+  int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
+#pragma unroll
+  for (int e = 0; e < 2; ++e) limit[e] = b.limit(p.causal, b.m0 + rloc[e]);
+  const uint32_t q_rows = base + L::q + me * kTileChunkBytes;  // this consumer's 64 rows of every Q chunk
+
+  float o[kDV / 2];
+#pragma unroll
+  for (int i = 0; i < kDV / 2; ++i) o[i] = 0.0f;
+  float s[kBlockN / 2];
+  uint32_t pa[kBlockN / 16][4];
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  mbar_wait(base + L::q_full, 0);
+
+  for (int32_t t = 0; t < n_tiles; ++t) {
+    const int st = t % kStages;
+    const uint32_t stage = base + L::stage0 + st * L::stage_bytes;
+    mbar_wait(base + L::full + st * 8, (t / kStages) & 1);
+    if (tile_by_rows(b, t)) fence_proxy_async();  // written through the generic proxy, read by wgmma
+    // ---- S = Q K^T (64 x 64) ----
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < L::kQChunks; ++c) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_m64n64k16_ss<kBf16>(s, k_major(q_rows + c * kQChunkBytes + kk * 32),
+                                  k_major(stage + c * kTileChunkBytes + kk * 32), c + kk > 0 ? 1 : 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(s);
+    fence_registers(o);
+    // ---- online softmax (log2 domain) ----
+    const int64_t t0 = int64_t(t) * kBlockN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      const int col = 8 * (i / 4) + 2 * tig + (i & 1);
+      s[i] = t0 + col < limit[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a NaN of a masked key
+      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+      const float m_new = fmaxf(m[e], mx[e]);
+      m_use[e] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, not NaN
+      alpha[e] = exp2f(m[e] - m_use[e]);
+      m[e] = m_new;
+      l[e] *= alpha[e];
+    }
+#pragma unroll
+    for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
+      l[(i >> 1) & 1] += s[i];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    }
+    // ---- O += P V ----
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      wgmma_m64n128k16_rs_tb<kBf16>(o, pa[kk], v_operand(stage + L::k_stage + kk * 16 * 128));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(o);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) fence_registers(pa[kk]);
+    if (lane == 0) mbar_arrive(base + L::empty + st * 8);
+  }
+
+  // ---- epilogue: row sums over the four lanes of a row, out and lse ----
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    if (rloc[e] >= rows) continue;
+    const int64_t token = b.q0 + b.m0 + rloc[e];
+    const bool empty = !(l[e] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l[e];
+    uint8_t* orow = p.out + (token * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+    for (int nt = 0; nt < kDV / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(orow + (nt * 8 + 2 * tig) * 2) =
+          pack_float2<kBf16>(o[4 * nt + 2 * e] * inv, o[4 * nt + 2 * e + 1] * inv);
+    }
+    if (p.lse != nullptr && tig == 0) {
+      p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = empty ? -INFINITY : (m[e] + log2f(l[e])) * 0.69314718f;
+    }
+  }
+}
+
+template <bool kBf16, int kDQK, int kDV>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap q_map,
+                   const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+  using L = Layout<kDQK, kDV>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = raw + (1024u - raw % 1024u) % 1024u;
+
+  const int h = int(blockIdx.y);
+  const Block b = block_of_slot<kBlockM>(p, blockIdx.x);
+  if (b.m0 >= b.lq) return;
+  const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
+  const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
+
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(base + L::full + st * 8, kWarpgroupThreads);
+      mbar_init(base + L::empty + st * 8, kReleaseArrivals);
+    }
+    mbar_init(base + L::q_full, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = int(threadIdx.x) / kWarpgroupThreads;
+  if (wg == kProducer) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == kProducer * kWarpgroupThreads) {
+      tma_prefetch_descriptor(&q_map);
+      tma_prefetch_descriptor(&k_map);
+      tma_prefetch_descriptor(&v_map);
+    }
+    run_producer<kDQK, kDV>(p, &q_map, &k_map, &v_map, b, h, n_tiles, base);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    run_consumer<kBf16, kDQK, kDV>(p, b, h, n_tiles, rows, base, wg);
+  }
+}
+
+}  // namespace mlakit::cuda::prefill::sm90

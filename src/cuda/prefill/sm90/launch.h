@@ -1,0 +1,19 @@
+#pragma once
+// The launcher of the Hopper prefill kernel: defined in launch_sm90.cu (built for sm_90a) or, in a build without
+// sm_90a code, in unavailable.cpp, where it reports why it cannot run.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/prefill/smxx/params.h"
+#include "mlakit/status.h"
+
+namespace mlakit::cuda::prefill::sm90 {
+
+inline constexpr int kLaunchBlockM = 128;  // query rows per CTA (kernel.cuh's kBlockM)
+
+template <bool kBf16, int kDQK, int kDV>
+Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                      const CUtensorMap& v_map, int64_t slots, int h_q, cudaStream_t stream);
+
+}  // namespace mlakit::cuda::prefill::sm90

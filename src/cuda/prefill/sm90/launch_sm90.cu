@@ -1,0 +1,31 @@
+// The Hopper prefill kernel's launcher and its instantiations (built for sm_90a only).
+
+#include "cuda/common/check.h"
+#include "cuda/prefill/sm90/kernel.cuh"
+#include "cuda/prefill/sm90/launch.h"
+
+namespace mlakit::cuda::prefill::sm90 {
+
+static_assert(kLaunchBlockM == kBlockM);
+
+template <bool kBf16, int kDQK, int kDV>
+Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
+                      const CUtensorMap& v_map, int64_t slots, int h_q, cudaStream_t stream) {
+  auto kernel = prefill_kernel<kBf16, kDQK, kDV>;
+  constexpr int kSmem = Layout<kDQK, kDV>::alloc;
+  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<dim3(unsigned(slots), unsigned(h_q)), kThreads, kSmem, stream>>>(p, q_map, k_map, v_map);
+  MLAKIT_CUDA_TRY_LAUNCH("prefill_kernel (sm90)");
+  return {};
+}
+
+template Status launch_prefill<true, 192, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
+                                               const CUtensorMap&, int64_t, int, cudaStream_t);
+template Status launch_prefill<false, 192, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
+                                                const CUtensorMap&, int64_t, int, cudaStream_t);
+template Status launch_prefill<true, 128, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
+                                               const CUtensorMap&, int64_t, int, cudaStream_t);
+template Status launch_prefill<false, 128, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
+                                                const CUtensorMap&, int64_t, int, cudaStream_t);
+
+}  // namespace mlakit::cuda::prefill::sm90

@@ -1,0 +1,55 @@
+#pragma once
+// What both prefill kernel families (sm80/, sm90/) share on the device: the mapping of a CTA slot to its request
+// and block of query rows (docs/design.md "Prefill on the GPU").
+//
+// Request r owns the CTA slots [start(r), start(r + 1)) of grid.x with start(r) = floor(cu_seqlens_q[r] / M) + r,
+// M the rows of a block: at least ceil(Lq_r / M) slots (floor((c + L) / M) - floor(c / M) + 1 >= ceil(L / M)), so
+// the grid is floor(T_q / M) + b slots, known on the host from shapes alone. A CTA finds its request by binary
+// search and exits when its block starts past Lq_r. Ranges are clamped to [0, T_q] and [0, T_k], so any
+// cu_seqlens contents keep every access in bounds.
+
+#include <cstdint>
+
+#include "cuda/prefill/smxx/params.h"
+
+namespace mlakit::cuda::prefill {
+
+/// One CTA's work: rows [m0, m0 + kM) of request `req`'s queries (tokens q0 + m0 ...), over its keys k0 ...
+struct Block {
+  int32_t req;
+  int64_t q0, lq, k0, lk, m0;
+  /// Keys [0, kv_end) hold every key a row of the block sees (bottom-right causal: row i sees j <= i + lk - lq).
+  __device__ int64_t kv_end(bool causal, int rows_per_block) const {
+    return causal ? min(lk, max(m0 + rows_per_block + lk - lq, int64_t(0))) : lk;
+  }
+  /// Keys row i of the request sees: [0, limit).
+  __device__ int64_t limit(bool causal, int64_t i) const { return causal ? min(lk, max(i + lk - lq + 1, int64_t(0))) : lk; }
+};
+
+__device__ __forceinline__ int64_t clamped_cu(const int32_t* cu, int64_t stride, int32_t i, int64_t total) {
+  return min(max(int64_t(cu[i * stride]), int64_t(0)), total);
+}
+
+/// The block of CTA slot `slot` (m0 >= lq: nothing to do).
+template <int kM>
+__device__ __forceinline__ Block block_of_slot(const PrefillParams& p, int64_t slot) {
+  int32_t lo = 0, hi = p.batch - 1;  // the largest r with floor(cu_q[r] / kM) + r <= slot
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (clamped_cu(p.cu_q, p.cu_q_stride, mid, p.t_q) / kM + mid <= slot) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  Block b;
+  b.req = lo;
+  b.q0 = clamped_cu(p.cu_q, p.cu_q_stride, lo, p.t_q);
+  b.lq = max(clamped_cu(p.cu_q, p.cu_q_stride, lo + 1, p.t_q) - b.q0, int64_t(0));
+  b.k0 = clamped_cu(p.cu_k, p.cu_k_stride, lo, p.t_k);
+  b.lk = max(clamped_cu(p.cu_k, p.cu_k_stride, lo + 1, p.t_k) - b.k0, int64_t(0));
+  b.m0 = (slot - (b.q0 / kM + lo)) * kM;
+  return b;
+}
+
+}  // namespace mlakit::cuda::prefill
