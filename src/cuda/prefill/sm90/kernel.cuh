@@ -2,7 +2,8 @@
 // The Hopper ragged prefill kernel (issue 10, docs/spec.md section 3; sm_90a only). One CTA = 128 query rows of
 // one request and one head (the slot mapping of smxx/block.cuh) and three warpgroups:
 //   0, 1  consumers: 64 rows each, every key tile: S = Q K^T (wgmma, Q and K from shared memory), the online
-//         softmax in fp32, O += P V (P from registers, V from shared memory); no state is shared between them;
+//         softmax in fp32, O += P V (P from registers, V from shared memory), the previous tile's P V running
+//         under each softmax; no state is shared between them;
 //   2     producer: Q once by TMA, then the K and V tiles of 64 keys into a ring of kStages stages: TMA boxes for
 //         whole tiles, cp.async rows for a request's partial last tile (rows past its keys zero-filled, so that
 //         P = 0 never meets a NaN of memory that is not the request's).
@@ -134,16 +135,16 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
 #pragma unroll
   for (int i = 0; i < kDV / 2; ++i) o[i] = 0.0f;
   float s[kBlockN / 2];
-  uint32_t pa[kBlockN / 16][4];
+  uint32_t pa[kBlockN / 16][4];  // P of the previous tile, multiplied into V while this tile's softmax runs
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  mbar_wait(base + L::q_full, 0);
+  float alpha[2] = {1.0f, 1.0f};  // rescale of O that the previous tile's softmax asked for
+  const auto stage_of = [&](int32_t t) { return base + L::stage0 + (t % kStages) * L::stage_bytes; };
 
-  for (int32_t t = 0; t < n_tiles; ++t) {
+  const auto issue_qk = [&](int32_t t) {  // S = Q K^T of tile t (64 x 64), once its stage has landed
     const int st = t % kStages;
-    const uint32_t stage = base + L::stage0 + st * L::stage_bytes;
     mbar_wait(base + L::full + st * 8, (t / kStages) & 1);
     if (tile_by_rows(b, t)) fence_proxy_async();  // written through the generic proxy, read by wgmma
-    // ---- S = Q K^T (64 x 64) ----
+    const uint32_t stage = stage_of(t);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < L::kQChunks; ++c) {
@@ -154,19 +155,28 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
       }
     }
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  const auto issue_pv = [&](int32_t t) {  // O = O * alpha + P V of tile t, P from pa
+#pragma unroll
+    for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      wgmma_m64n128k16_rs_tb<kBf16>(o, pa[kk], v_operand(stage_of(t) + L::k_stage + kk * 16 * 128));
+    }
+    wgmma_commit();
+  };
+  const auto softmax = [&](int32_t t) {  // S of tile t -> P (in s), the running max and sum, alpha for O
     fence_registers(s);
-    fence_registers(o);
-    // ---- online softmax (log2 domain) ----
     const int64_t t0 = int64_t(t) * kBlockN;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       const int col = 8 * (i / 4) + 2 * tig + (i & 1);
-      s[i] = t0 + col < limit[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a NaN of a masked key
+      s[i] = t0 + col < limit[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a masked key's NaN
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
-    float alpha[2], m_use[2];
+    float m_use[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
@@ -178,29 +188,48 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
       l[e] *= alpha[e];
     }
 #pragma unroll
-    for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-#pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
       l[(i >> 1) & 1] += s[i];
     }
+  };
+  const auto pack = [&]() {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
     }
-    // ---- O += P V ----
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      wgmma_m64n128k16_rs_tb<kBf16>(o, pa[kk], v_operand(stage + L::k_stage + kk * 16 * 128));
-    }
-    wgmma_commit();
+  };
+  const auto release = [&](int32_t t) {
+    if (lane == 0) mbar_arrive(base + L::empty + (t % kStages) * 8);
+  };
+
+  // Per tile t >= 1: S(t) = Q K^T is issued first, then the previous tile's P V; the softmax of tile t waits for
+  // S alone (the older group) and runs while that P V finishes (flash-attention 3's intra-warpgroup overlap).
+  mbar_wait(base + L::q_full, 0);
+  if (n_tiles > 0) {
+    issue_qk(0);
+    wgmma_wait<0>();
+    softmax(0);
+    pack();
+  }
+  for (int32_t t = 1; t < n_tiles; ++t) {
+    issue_qk(t);
+    issue_pv(t - 1);
+    wgmma_wait<1>();  // S(t): committed before the P V, so it completes first
+    softmax(t);
     wgmma_wait<0>();
     fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) fence_registers(pa[kk]);
-    if (lane == 0) mbar_arrive(base + L::empty + st * 8);
+    release(t - 1);
+    pack();
+  }
+  if (n_tiles > 0) {
+    issue_pv(n_tiles - 1);
+    wgmma_wait<0>();
+    fence_registers(o);
+    release(n_tiles - 1);
   }
 
   // ---- epilogue: row sums over the four lanes of a row, out and lse ----
