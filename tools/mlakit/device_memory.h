@@ -101,6 +101,21 @@ inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>&
   return {};
 }
 
+/// The benchmark timing of one call: `iters` repetitions, each after a cache flush, timed by time_ms (median
+/// into *median_ms), then the host time per call (host_us_per_call).
+inline Status time_call(DeviceMemory* mem, const std::function<Status()>& call, int64_t iters, double* median_ms,
+                        double* host_us) {
+  std::vector<double> times;
+  for (int64_t i = 0; i < iters; ++i) {
+    double ms = 0;
+    MLAKIT_TRY(mem->flush_cache());
+    MLAKIT_TRY(mem->time_ms(call, &ms));
+    times.push_back(ms);
+  }
+  *median_ms = median(times);
+  return host_us_per_call(mem, call, int(iters), host_us);
+}
+
 /// Runs `allocate` (which allocates host memory, e.g. sizes a std::vector) and turns its failure into
 /// "what bytes=N: allocation failed on cpu" instead of an exception.
 template <typename Fn>

@@ -197,16 +197,7 @@ PrefillBenchResult run_prefill_bench(const PrefillBenchSpec& spec, const Registr
   if (!res.status.ok()) return res;
   res.status = check_sample(spec, w, mem, &res.check);
   if (!res.status.ok()) return res;
-  std::vector<double> times;
-  for (int64_t i = 0; i < iters; ++i) {
-    double ms = 0;
-    res.status = mem->flush_cache();
-    if (res.status.ok()) res.status = mem->time_ms(call, &ms);
-    if (!res.status.ok()) return res;
-    times.push_back(ms);
-  }
-  res.median_ms = median(times);
-  res.status = host_us_per_call(mem, call, int(iters), &res.host_us);
+  res.status = time_call(mem, call, iters, &res.median_ms, &res.host_us);
   return res;
 }
 

@@ -15,6 +15,7 @@
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/prefill/smxx/block.cuh"
+#include "cuda/prefill/smxx/softmax.cuh"
 
 namespace mlakit::cuda::prefill::sm80 {
 
@@ -133,16 +134,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
       }
     }
     float alpha[2], m_use[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-      const float m_new = fmaxf(m[e], mx[e]);
-      m_use[e] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, not NaN
-      alpha[e] = exp2f(m[e] - m_use[e]);
-      m[e] = m_new;
-      l[e] *= alpha[e];
-    }
+    advance_rows(mx, m, l, alpha, m_use);
 #pragma unroll
     for (int nt = 0; nt < kDV / 8; ++nt) {
 #pragma unroll

@@ -17,6 +17,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/prefill/smxx/block.cuh"
+#include "cuda/prefill/smxx/softmax.cuh"
 
 namespace mlakit::cuda::prefill::sm90 {
 
@@ -177,16 +178,7 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
       mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     }
     float m_use[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-      const float m_new = fmaxf(m[e], mx[e]);
-      m_use[e] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, not NaN
-      alpha[e] = exp2f(m[e] - m_use[e]);
-      m[e] = m_new;
-      l[e] *= alpha[e];
-    }
+    advance_rows(mx, m, l, alpha, m_use);
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);

@@ -12,6 +12,9 @@ namespace mlakit::cuda::prefill::sm90 {
 
 inline constexpr int kLaunchBlockM = 128;  // query rows per CTA (kernel.cuh's kBlockM)
 
+/// The compiled (bf16?, d_qk, d_v) kernels, for the instantiations in launch_sm90.cu and unavailable.cpp.
+#define MLAKIT_PREFILL_SM90_KERNELS(X) X(true, 192, 128) X(false, 192, 128) X(true, 128, 128) X(false, 128, 128)
+
 template <bool kBf16, int kDQK, int kDV>
 Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                       const CUtensorMap& v_map, int64_t slots, int h_q, cudaStream_t stream);

@@ -19,13 +19,10 @@ Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CU
   return {};
 }
 
-template Status launch_prefill<true, 192, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
-                                               const CUtensorMap&, int64_t, int, cudaStream_t);
-template Status launch_prefill<false, 192, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
+#define MLAKIT_INSTANTIATE(bf16, dqk, dv)                                                                      \
+  template Status launch_prefill<bf16, dqk, dv>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&, \
                                                 const CUtensorMap&, int64_t, int, cudaStream_t);
-template Status launch_prefill<true, 128, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
-                                               const CUtensorMap&, int64_t, int, cudaStream_t);
-template Status launch_prefill<false, 128, 128>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&,
-                                                const CUtensorMap&, int64_t, int, cudaStream_t);
+MLAKIT_PREFILL_SM90_KERNELS(MLAKIT_INSTANTIATE)
+#undef MLAKIT_INSTANTIATE
 
 }  // namespace mlakit::cuda::prefill::sm90
