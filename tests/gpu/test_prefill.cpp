@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/chunked_prefix.h"
 #include "common/compare.h"
 #include "common/decode_case.h"
 #include "common/prefill_case.h"
@@ -145,6 +147,59 @@ TEST_P(CudaPrefillLong, ManyShortRequestsNonCausal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
+
+/// A host tensor's copy on the GPU (contiguous views only), and the way back for outputs.
+struct OnDevice {
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  TensorView put(const TensorView& host) {
+    buffers.push_back(std::make_unique<DeviceBuffer>());
+    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
+    DeviceBuffer& b = *buffers.back();
+    b.allocate(bytes);
+    if (bytes > 0) cudaMemcpy(b.get(), host.data, bytes, cudaMemcpyHostToDevice);
+    TensorView t = host;
+    t.data = b.get();
+    t.device = Device::cuda(0);
+    return t;
+  }
+  static void get(const TensorView& host, const TensorView& dev) {
+    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
+    if (bytes > 0) cudaMemcpy(host.data, dev.data, bytes, cudaMemcpyDeviceToHost);
+  }
+};
+
+/// Chunked prefix (issue 10 item 2) on the GPU: a 32K prefix in four chunks, ragged with two more requests; every
+/// prefill on `backend`, the merge on the cuda backend, compared with the unchunked prefill on `backend`.
+TEST_P(CudaPrefillLong, ChunkedPrefixOf32KMatchesTheUnchunkedPrefill) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, GetParam());
+  const Backend* merger = cuda_backend(&why);
+  if (be == nullptr || merger == nullptr) GTEST_SKIP() << why;
+  const Runner run{[&](const PrefillProblem& host) {
+                     OnDevice d;
+                     PrefillProblem p = host;
+                     p.q = d.put(host.q), p.k = d.put(host.k), p.v = d.put(host.v), p.out = d.put(host.out);
+                     p.lse = d.put(host.lse);
+                     p.cu_seqlens_q = d.put(host.cu_seqlens_q), p.cu_seqlens_k = d.put(host.cu_seqlens_k);
+                     MLAKIT_TRY(be->run(p, Stream{}));
+                     if (cudaDeviceSynchronize() != cudaSuccess) return Status::cuda_error("prefill failed");
+                     OnDevice::get(host.out, p.out);
+                     OnDevice::get(host.lse, p.lse);
+                     return Status{};
+                   },
+                   [&](const MergeProblem& host) {
+                     OnDevice d;
+                     MergeProblem m = host;
+                     m.parts_out = d.put(host.parts_out), m.parts_lse = d.put(host.parts_lse);
+                     m.out = d.put(host.out), m.lse = d.put(host.lse);
+                     MLAKIT_TRY(merger->run(m, Stream{}));
+                     if (cudaDeviceSynchronize() != cudaSuccess) return Status::cuda_error("merge failed");
+                     OnDevice::get(host.out, m.out);
+                     OnDevice::get(host.lse, m.lse);
+                     return Status{};
+                   }};
+  expect_chunked_prefix_matches_unchunked({{32768, 300}, {704, 17}, {3, 0}}, 4, 31, run);
+}
 
 TEST(CudaPrefillSupports, NamesTheUncompiledHeadDims) {
   std::string why;

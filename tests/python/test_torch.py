@@ -162,6 +162,64 @@ def test_cuda_graph_capture_replays_with_new_lengths():
         check_decode(out, lse, inputs)
 
 
+def prefill_inputs(lens, h_q=3, d_qk=192, d_v=128, seed=0):
+    """Ragged prefill inputs on the GPU: bf16 q, k, v [T, h, d] and int32 cu_seqlens from (Lq, Lk) pairs."""
+    g = torch.Generator().manual_seed(seed)
+    cu_q = torch.tensor([0] + list(np.cumsum([lq for lq, _ in lens])), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(np.cumsum([lk for _, lk in lens])), dtype=torch.int32)
+    rand = lambda t, d: (torch.rand((t, h_q, d), generator=g) * 2 - 1).to(torch.bfloat16)
+    q, k, v = rand(int(cu_q[-1]), d_qk), rand(int(cu_k[-1]), d_qk), rand(int(cu_k[-1]), d_v)
+    return [x.cuda() for x in (q, k, v, cu_q, cu_k)]
+
+
+def check_prefill(out, lse, inputs, causal):
+    as_np = lambda t: t.cpu().view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.cpu().numpy()
+    want_out, want_lse = ref.prefill(*(as_np(t) for t in inputs), TAU, causal)
+    assert_close(as_np(out), want_out, bf16_tolerance(want_out, 1.0), "prefill out")
+    assert_lse_close(lse.cpu().numpy(), want_lse)
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", ["cuda", "cuda_sm90"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_prefill_matches_spec(backend, causal):
+    inputs = prefill_inputs([(0, 0), (1, 1), (70, 200), (65, 65), (3, 130)])
+    q, k, v, cu_q, cu_k = inputs
+    out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device="cuda")
+    lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device="cuda")
+    s = mlakit.select("prefill", q, k, v, cu_q, cu_k, out, lse, softmax_scale=TAU, causal=causal, backend=backend)
+    if not s:
+        pytest.skip(f"{backend} does not serve this prefill here: " + "; ".join(f"{b}: {r}" for b, r in s.passed_over))
+    mlakit.prefill(q, k, v, cu_q, cu_k, out, lse, softmax_scale=TAU, causal=causal, backend=backend)
+    torch.cuda.synchronize()
+    check_prefill(out, lse, inputs, causal)
+
+
+@needs_cuda
+def test_cuda_graph_capture_of_the_prefill_op_replays_with_new_lengths():
+    """The torch op captured once for fixed tensor shapes, replayed after new contents of q, k, v and cu_seqlens."""
+    inputs = prefill_inputs([(40, 100), (24, 24)], seed=1)
+    q, k, v, cu_q, cu_k = inputs
+    s = mlakit.select("prefill", q, k, v, cu_q, cu_k, torch.empty((64, 3, 128), dtype=q.dtype, device="cuda"),
+                      softmax_scale=TAU, causal=True)
+    if not s:
+        pytest.skip("no CUDA backend serves prefill in this build")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.mlakit.prefill(q, k, v, cu_q, cu_k, TAU, True)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = torch.ops.mlakit.prefill(q, k, v, cu_q, cu_k, TAU, True)
+    for seed, lens in ((2, [(40, 100), (24, 24)]), (3, [(1, 1), (63, 123)]), (4, [(0, 0), (64, 124)])):
+        for dst, src in zip(inputs, prefill_inputs(lens, seed=seed)):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_prefill(out, lse, inputs, True)
+
+
 @needs_cuda
 @pytest.mark.parametrize("case,folder", flashmla_cases() or [pytest.param(None, None, id="no-testdata")])
 def test_compat_with_cuda_tensors(case, folder):
