@@ -130,6 +130,9 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
 #pragma unroll
   for (int e = 0; e < 2; ++e) limit[e] = b.limit(p.causal, b.m0 + rloc[e]);
+  // Tiles below this many keys are visible to every row of the block (its first row sees the fewest keys): their
+  // softmax skips the mask, which the consumers' instruction issue measurably paid for on every tile.
+  const int64_t unmasked_end = b.limit(p.causal, b.m0) / kBlockN * kBlockN;
   const uint32_t q_rows = base + L::q + me * kTileChunkBytes;  // this consumer's 64 rows of every Q chunk
 
   float o[kDV / 2];
@@ -158,8 +161,12 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     wgmma_commit();
   };
   const auto issue_pv = [&](int32_t t) {  // O = O * alpha + P V of tile t, P from pa
+    // O *= alpha, skipped when no row maximum of the warp moved (alpha is exactly 1 then), as after the first
+    // tiles it mostly does not.
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -171,11 +178,20 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     fence_registers(s);
     const int64_t t0 = int64_t(t) * kBlockN;
     float mx[2] = {-INFINITY, -INFINITY};
+    if (t0 + kBlockN <= unmasked_end) {  // the same for the whole CTA
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) {
-      const int col = 8 * (i / 4) + 2 * tig + (i & 1);
-      s[i] = t0 + col < limit[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a masked key's NaN
-      mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      for (int i = 0; i < kBlockN / 2; ++i) {
+        s[i] *= p.scale_log2;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      }
+    } else {
+      const int32_t room[2] = {int32_t(min(limit[0] - t0, int64_t(kBlockN))), int32_t(min(limit[1] - t0, int64_t(kBlockN)))};
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) {
+        const int col = 8 * (i / 4) + 2 * tig + (i & 1);
+        s[i] = col < room[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a masked key's NaN
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      }
     }
     float m_use[2];
     advance_rows(mx, m, l, alpha, m_use);
