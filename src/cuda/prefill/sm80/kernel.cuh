@@ -168,28 +168,13 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   }
   cp_async_wait_all();
 
-  // ---- epilogue: row sums over the four lanes of a row, out and lse ----
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-  }
+  // ---- epilogue: out and lse of this thread's rows ----
+  reduce_row_sums(l);
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int row = warp * 16 + gid + 8 * e;
-    if (row >= rows) continue;
-    const int64_t token = q0 + m0 + row;
-    const bool empty = !(l[e] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / l[e];
-    uint8_t* orow = p.out + (token * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2;
-#pragma unroll
-    for (int nt = 0; nt < kDV / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(orow + (nt * 8 + 2 * tig) * 2) =
-          pack_float2<kBf16>(o[nt][2 * e] * inv, o[nt][2 * e + 1] * inv);
-    }
-    if (p.lse != nullptr && tig == 0) {
-      p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = empty ? -INFINITY : (m[e] + log2f(l[e])) * 0.69314718f;
-    }
+    const auto row_o = [&](int nt, int c) { return o[nt][2 * e + c]; };
+    if (row < rows) store_row<kBf16, kDV>(p, row_o, m[e], l[e], q0 + m0 + row, h, tig);
   }
 }
 

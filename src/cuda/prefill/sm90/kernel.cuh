@@ -240,27 +240,12 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     release(n_tiles - 1);
   }
 
-  // ---- epilogue: row sums over the four lanes of a row, out and lse ----
+  // ---- epilogue: out and lse of this thread's rows ----
+  reduce_row_sums(l);
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-    l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-  }
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    if (rloc[e] >= rows) continue;
-    const int64_t token = b.q0 + b.m0 + rloc[e];
-    const bool empty = !(l[e] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / l[e];
-    uint8_t* orow = p.out + (token * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2;
-#pragma unroll
-    for (int nt = 0; nt < kDV / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(orow + (nt * 8 + 2 * tig) * 2) =
-          pack_float2<kBf16>(o[4 * nt + 2 * e] * inv, o[4 * nt + 2 * e + 1] * inv);
-    }
-    if (p.lse != nullptr && tig == 0) {
-      p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = empty ? -INFINITY : (m[e] + log2f(l[e])) * 0.69314718f;
-    }
+    const auto row_o = [&](int nt, int c) { return o[4 * nt + 2 * e + c]; };
+    if (rloc[e] < rows) store_row<kBf16, kDV>(p, row_o, m[e], l[e], b.q0 + b.m0 + rloc[e], h, tig);
   }
 }
 
