@@ -76,15 +76,16 @@ C=ContextParallel/ShardedDecode.RanksMergeToTheUnshardedDecode  # /0 cuda bf16 h
 declare -A SAN_FILTER=(
   [gpu_test_context_parallel]="$C/0:$C/8:$C/14:$C/22:ShardHelpers.*"
   [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
+  [gpu_test_sparse_extra]="Cuda/SparseExtra.MatchesReference/fp8_ds_v4_h3:Cuda/SparseExtra.MatchesReference/fp8_e4m3_h64:Cuda/SparseExtra.MatchesReference/bf16_h128:Cuda/SparseExtra.MatchesReference/fp8_ds_mla_h16:SparseExtraRefusal.*"
   [gpu_test_sparse_decode]="$S/cuda_bf16_h16:$S/cuda_fp8_ds_mla_h128:$S/cuda_fp8_e4m3_h3:$S/cuda_fp16_h63:$S/cuda_sm90_bf16_h16:$S/cuda_sm90_bf16_h128:$S/cuda_sm90_fp16_h63:$S/cuda_sm90_fp8_ds_mla_h128:$S/cuda_sm90_fp8_e4m3_h32:Cuda/SparseEdges.AllInvalidRowsAndEmptyLengths/*:Cuda/SparseEdges.IdsPastTheCacheAreNoKey/*:Cuda/SparseEdges.SplitRequestWithSink/*:Cuda/SparseEdges.PaddedPageStride/*:Cuda/SparseGraph.*"
 )
-# racecheck and synccheck on the decode subsets only: their kernels exchange data between warps and warpgroups.
+# racecheck and synccheck on the decode and sparse subsets only: their kernels exchange data between warps and warpgroups.
 if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   for bin in "$BUILD"/tests/gpu_test_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     tools="memcheck"
-    case $name in gpu_test_decode | gpu_test_sparse_decode) tools="memcheck racecheck synccheck" ;; esac
+    case $name in gpu_test_decode | gpu_test_sparse_decode | gpu_test_sparse_extra) tools="memcheck racecheck synccheck" ;; esac
     for tool in $tools; do
       start=$(date +%s)
       compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \

@@ -40,8 +40,10 @@ def _stream(t: Tensor):
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
 
 
-def _cache(kv_cache: Tensor, kv_format: str, d_c: int, d_qk: int, kv_scale: Optional[Tensor] = None):
-    return mlakit.KvCache(kv_cache, kv_format or None, d_c=d_c, d_r=d_qk - d_c, kv_scale=kv_scale)
+def _cache(kv_cache: Tensor, kv_format: str, d_c: int, d_qk: int, kv_scale: Optional[Tensor] = None,
+           v_whole_row: bool = False):
+    return mlakit.KvCache(kv_cache, kv_format or None, d_c=d_c, d_r=d_qk - d_c, kv_scale=kv_scale,
+                          v_whole_row=v_whole_row)
 
 
 def _decode_outputs(q: Tensor, d_c: int):
@@ -114,12 +116,24 @@ def _(workspace, q, kv_cache, block_table, seq_lens, softmax_scale, causal=False
 
 @torch.library.custom_op("mlakit::sparse_decode", mutates_args=())
 def sparse_decode(q: Tensor, kv_cache: Tensor, indices: Tensor, softmax_scale: float, kv_format: str = "",
-                  d_c: int = 512, topk_length: Optional[Tensor] = None,
-                  attn_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """Sparse top-k decode over global row ids. Returns (out, lse) in MLAKit's layout."""
-    out, lse = _decode_outputs(q, d_c)
-    cache = _cache(kv_cache, kv_format, d_c, q.shape[-1])
+                  d_c: int = 512, topk_length: Optional[Tensor] = None, attn_sink: Optional[Tensor] = None,
+                  v_whole_row: bool = False, extra_kv_cache: Optional[Tensor] = None,
+                  extra_indices: Optional[Tensor] = None,
+                  extra_topk_length: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """Sparse top-k decode over global row ids. Returns (out, lse) in MLAKit's layout.
+
+    DeepSeek V4: ``d_c=448, v_whole_row=True`` (out has all 512 columns), ``kv_format='fp8_ds_v4'`` for its paged
+    cache, and the extra cache ``extra_kv_cache`` (same format, its own page size) with ``extra_indices``
+    ``[b, s_q, extra_topk]`` and optional ``extra_topk_length`` ``[b]``: one softmax over both id sets.
+    """
+    out, lse = _decode_outputs(q, q.shape[-1] if v_whole_row else d_c)
+    cache = _cache(kv_cache, kv_format, d_c, q.shape[-1], v_whole_row=v_whole_row)
     kw = dict(softmax_scale=softmax_scale, topk_length=topk_length, attn_sink=attn_sink)
+    if extra_kv_cache is not None or extra_indices is not None:
+        if extra_kv_cache is None or extra_indices is None:
+            raise ValueError("extra_kv_cache and extra_indices: the extra cache needs both")
+        kw.update(extra_kv_cache=_cache(extra_kv_cache, kv_format, d_c, q.shape[-1], v_whole_row=v_whole_row),
+                  extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     nbytes = mlakit.sparse_decode_workspace_bytes(q, cache, indices, out, lse, **kw)
     workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=q.device)
     mlakit.sparse_decode(q, cache, indices, out, lse, workspace=workspace, stream=_stream(q), **kw)
@@ -127,8 +141,9 @@ def sparse_decode(q: Tensor, kv_cache: Tensor, indices: Tensor, softmax_scale: f
 
 
 @sparse_decode.register_fake
-def _(q, kv_cache, indices, softmax_scale, kv_format="", d_c=512, topk_length=None, attn_sink=None):
-    return _decode_outputs(q, d_c)
+def _(q, kv_cache, indices, softmax_scale, kv_format="", d_c=512, topk_length=None, attn_sink=None,
+      v_whole_row=False, extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
+    return _decode_outputs(q, q.shape[-1] if v_whole_row else d_c)
 
 
 @torch.library.custom_op("mlakit::prefill", mutates_args=())

@@ -102,3 +102,88 @@ def test_extra_cache_needs_indices_and_both_arrays():
     with pytest.raises(ValueError, match="needs both"):
         flash_mla_with_kvcache(d["q"], k_cache, None, None, D_V, None, None, softmax_scale=0.1,
                                is_fp8_kvcache=True, indices=d["indices"], extra_k_cache=extra)
+
+
+# ---- the same cases on CUDA tensors: the portable CUDA path serves V4 (fp8_ds_v4, whole-row V, extra cache) ----
+try:
+    import torch
+
+    HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # the CPU test environment has no torch
+    torch = None
+    HAS_CUDA = False
+
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (or no torch)")
+
+
+def to_cuda(a: np.ndarray):
+    """A CUDA tensor of `a` (bf16 arrays through their bits: torch does not read ml_dtypes)."""
+    if a.dtype == BF16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def flash_view_cuda(pages: np.ndarray, page_size: int, row: int):
+    """flash_view over a CUDA copy of the padded pages (no copy of the view itself)."""
+    t = to_cuda(pages)
+    return t.as_strided((pages.shape[0], page_size, 1, row), (pages.shape[1], row, row, 1))
+
+
+def to_numpy(t):
+    return t.float().cpu().numpy()
+
+
+@needs_cuda
+@pytest.mark.parametrize("case,folder", CASES)
+def test_compat_reproduces_flashmla_sparse_on_cuda(case, folder):
+    if case is None:
+        pytest.skip("no golden vectors (tests/data/flashmla_sparse)")
+    d = load_case(folder)
+    row = token_bytes(case)
+    opt = lambda k: to_cuda(d[k]) if k in d else None  # noqa: E731
+    kwargs = {"softmax_scale": case["softmax_scale"], "is_fp8_kvcache": True, "indices": to_cuda(d["indices"]),
+              "attn_sink": opt("attn_sink"), "topk_length": opt("topk_length")}
+    if "extra_indices" in d:
+        kwargs.update(extra_k_cache=flash_view_cuda(d["extra_kv_cache"], case["extra"]["page_size"], row),
+                      extra_indices_in_kvcache=to_cuda(d["extra_indices"]), extra_topk_length=opt("extra_topk_length"))
+    k_cache = flash_view_cuda(d["kv_cache"], case["page_size"], row)
+    out, lse = flash_mla_with_kvcache(to_cuda(d["q"]), k_cache, None, None, D_V, None, None, **kwargs)
+    torch.cuda.synchronize()
+    assert out.is_cuda and out.dtype == torch.bfloat16 and tuple(out.shape) == d["out"].shape
+    ref = d["out"].astype(np.float64)
+    assert_close(to_numpy(out), ref, bf16_tolerance(ref, row_vmax(case, d)), f"{case['name']}: out")
+    assert_lse_close(to_numpy(lse), d["lse"], f"{case['name']}: lse")
+
+
+@needs_cuda
+def test_v4_torch_op_with_extra_cache_is_graph_capturable():
+    import mlakit.torch  # noqa: F401  (registers torch.ops.mlakit)
+
+    cases = [p.values for p in CASES if p.values[0] and p.values[0].get("extra")]
+    if not cases:
+        pytest.skip("no V4 golden case with an extra cache")
+    case, folder = cases[0]
+    d = load_case(folder)
+    # MLAKit's native layout: the packed [num_pages, P, 584] token view of each padded page buffer.
+    main = flash_view_cuda(d["kv_cache"], case["page_size"], 584)[:, :, 0, :]
+    extra = flash_view_cuda(d["extra_kv_cache"], case["extra"]["page_size"], 584)[:, :, 0, :]
+    q, ids, extra_ids = to_cuda(d["q"]), to_cuda(d["indices"]), to_cuda(d["extra_indices"])
+    args = dict(kv_format="fp8_ds_v4", d_c=448, v_whole_row=True, extra_kv_cache=extra, extra_indices=extra_ids,
+                extra_topk_length=to_cuda(d["extra_topk_length"]) if "extra_topk_length" in d else None,
+                topk_length=to_cuda(d["topk_length"]) if "topk_length" in d else None,
+                attn_sink=to_cuda(d["attn_sink"]) if "attn_sink" in d else None)
+    eager_out, eager_lse = torch.ops.mlakit.sparse_decode(q, main, ids, case["softmax_scale"], **args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        torch.ops.mlakit.sparse_decode(q, main, ids, case["softmax_scale"], **args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = torch.ops.mlakit.sparse_decode(q, main, ids, case["softmax_scale"], **args)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)  # same kernels, same inputs: same bits
+    ref = d["out"].astype(np.float64)
+    assert_close(to_numpy(out), ref, bf16_tolerance(ref, row_vmax(case, d)), f"{case['name']}: graph out")

@@ -30,7 +30,8 @@ AppendKvParams make_params(const AppendKvProblem& p) {
   k.slot_stride = p.slot_mapping.stride[0];
   k.cache = static_cast<uint8_t*>(c.pages.data);
   k.page_stride = c.pages.stride[0];
-  k.row_stride = c.pages.stride[1];
+  // fp8_ds_v4's view has 584 bytes per token, but its tokens sit in 576-byte blocks (docs/spec.md section 4).
+  k.row_stride = c.format == KvFormat::kFP8DsV4 ? ds_v4::kTokenBytes : c.pages.stride[1];
   k.capacity = c.num_pages() * c.page_size();
   k.log2_page_size = log2_exact(c.page_size());
   k.num_tokens = p.num_tokens();
@@ -80,7 +81,7 @@ Status dispatch_format(const AppendKvParams& k, KvFormat f, int64_t q_rows, cuda
     case KvFormat::kFP16: return launch<In, KvFormat::kFP16>(k, q_rows, s);
     case KvFormat::kFP8E4M3: return launch<In, KvFormat::kFP8E4M3>(k, q_rows, s);
     case KvFormat::kFP8DsMla: return launch<In, KvFormat::kFP8DsMla>(k, q_rows, s);
-    case KvFormat::kFP8DsV4: break;  // refused by append_kv_supports
+    case KvFormat::kFP8DsV4: return launch<In, KvFormat::kFP8DsV4>(k, q_rows, s);
   }
   return Status::internal("append_kv: unknown cache format");
 }
@@ -92,16 +93,15 @@ Status append_kv_supports(const AppendKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   const std::string why = "8-element vector chunks of the cuda append_kv kernel";
-  if (c.format == KvFormat::kFP8DsV4) {
-    return unsupported("cache.format", "fp8_ds_v4", "the cuda append_kv kernel does not write DeepSeek V4's paged "
-                                                    "format yet (the reference backend does)");
-  }
   MLAKIT_TRY(require_multiple("cache.dims.d_c", c.dims.d_c, kChunk, "elements", why));
   if (p.num_tokens() > 0) MLAKIT_TRY(require_vector_rows(p.kv_c, "kv_c", kVectorLoadBytes, why));
   const int64_t store = chunk_store_bytes(c.format);
   MLAKIT_TRY(require_aligned("cache.pages.data", c.pages.data, store, why));
   if (c.num_pages() > 1) MLAKIT_TRY(require_multiple("cache.pages.stride[0]", c.pages.stride[0], store, "bytes", why));
-  if (c.page_size() > 1) MLAKIT_TRY(require_multiple("cache.pages.stride[1]", c.pages.stride[1], store, "bytes", why));
+  // fp8_ds_v4's stride[1] (584) says nothing of where its tokens lie: 576-byte blocks, 8-byte scale blocks.
+  if (c.page_size() > 1 && c.format != KvFormat::kFP8DsV4) {
+    MLAKIT_TRY(require_multiple("cache.pages.stride[1]", c.pages.stride[1], store, "bytes", why));
+  }
   if (p.q_fp8.defined() && p.num_tokens() > 0) {
     MLAKIT_TRY(require_vector_rows(p.q, "q", kVectorLoadBytes, why + " (reading q for q_fp8)"));
     MLAKIT_TRY(require_vector_rows(p.q_fp8, "q_fp8", kFp8ChunkStoreBytes, why + " (writing q_fp8)"));

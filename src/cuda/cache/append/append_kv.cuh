@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "cuda/cache/common/elements.cuh"
+#include "cuda/common/ue8m0.cuh"
 #include "mlakit/kv_format.h"
 
 namespace mlakit::cuda::cache {
@@ -43,7 +44,7 @@ struct AppendKvParams {
   int64_t slot_stride;
   uint8_t* cache;              // [num_pages, P, row_bytes]; rows aligned to the store width
   int64_t page_stride;         // bytes
-  int64_t row_stride;          // bytes
+  int64_t row_stride;          // bytes; fp8_ds_v4: its 576-byte token blocks (the scale blocks follow them)
   int64_t capacity;            // num_pages * P: slots at or above are skipped
   int log2_page_size;
   int64_t num_tokens;          // T
@@ -93,6 +94,13 @@ __device__ __forceinline__ uint8_t* slot_row(const AppendKvParams& p, int64_t sl
   return p.cache + page * p.page_stride + row * p.row_stride;
 }
 
+/// fp8_ds_v4 (docs/spec.md section 4): the 8-byte scale block of a slot's token, after the page's P token blocks.
+__device__ __forceinline__ uint8_t* ds_v4_scales(const AppendKvParams& p, int64_t slot) {
+  const int64_t page = slot >> p.log2_page_size;
+  const int64_t row = slot & ((int64_t(1) << p.log2_page_size) - 1);
+  return p.cache + page * p.page_stride + (int64_t(ds_v4::kTokenBytes) << p.log2_page_size) + row * ds_v4::kScaleBytes;
+}
+
 /// Writes encoded element pair (a, b) of k_pe: bytes [d_c + a], [d_c + b] of the row in the row format.
 template <KvFormat kFormat>
 __device__ __forceinline__ void store_k_pe_pair(uint8_t* row, int d_c, int2 ab, float ya, float yb,
@@ -107,10 +115,10 @@ __device__ __forceinline__ void store_k_pe_pair(uint8_t* row, int d_c, int2 ab, 
     }
   } else {
     using Out = std::conditional_t<kFormat == KvFormat::kFP16, Fp16, Bf16>;
-    // 16-bit formats: k_pe follows kv_c; fp8_ds_mla keeps k_pe as bf16 at byte kRopeOffset.
-    uint16_t* base = kFormat == KvFormat::kFP8DsMla
-                         ? reinterpret_cast<uint16_t*>(row + ds_mla::kRopeOffset)
-                         : reinterpret_cast<uint16_t*>(row) + d_c;
+    // 16-bit formats: k_pe follows kv_c; fp8_ds_mla and fp8_ds_v4 keep k_pe as bf16 at byte kRopeOffset.
+    uint16_t* base = kFormat == KvFormat::kFP8DsMla  ? reinterpret_cast<uint16_t*>(row + ds_mla::kRopeOffset)
+                     : kFormat == KvFormat::kFP8DsV4 ? reinterpret_cast<uint16_t*>(row + ds_v4::kRopeOffset)
+                                                     : reinterpret_cast<uint16_t*>(row) + d_c;
     const uint16_t ea = Out::from_float(ya), eb = Out::from_float(yb);
     if (adjacent) {
       *reinterpret_cast<uint32_t*>(base + ab.x) = uint32_t(ea) | (uint32_t(eb) << 16);
@@ -222,6 +230,37 @@ __device__ __forceinline__ void write_latent_ds_mla(uint8_t* row, int lane, cons
   }
 }
 
+/// kv_c of one token into an fp8_ds_v4 token block and its scale block. d_c = 448 is 56 chunks: lane l holds chunk
+/// l (pass 0) and l + 32 (pass 1, lanes 0-23); a scale group of 64 elements is 8 chunks, so the 8 lanes of an aligned
+/// octet hold one group in each pass (lanes 24-31 hold none in pass 1: their amax stays 0 among themselves).
+template <class In>
+__device__ __forceinline__ void write_latent_ds_v4(uint8_t* row, uint8_t* scales, int lane,
+                                                   const Raw8<In> (&raw)[kAppendChunksPerLane]) {
+  constexpr int kLatentChunks = ds_v4::kDimC / kChunk;         // 56
+  constexpr int kChunksPerGroup = ds_v4::kGroupSize / kChunk;  // 8
+  static_assert(kLatentChunks <= kAppendChunksPerLane * kWarpSize && kWarpSize % kChunksPerGroup == 0);
+#pragma unroll
+  for (int k = 0; k < kAppendChunksPerLane; ++k) {
+    const int c = lane + k * kWarpSize;
+    const bool mine = c < kLatentChunks;
+    float v[kChunk];
+    float amax = 0.0f;
+    if (mine) {
+      unpack8<In>(raw[k], v);
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int offset = kChunksPerGroup / 2; offset >= 1; offset /= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    if (!mine) continue;
+    const float scale = ds_mla_group_scale(amax);  // the same rule as fp8_ds_mla, stored as its exponent byte
+    reinterpret_cast<uint2*>(row)[c] = pack8_e4m3_mul(v, 1.0f / scale);
+    if (lane % kChunksPerGroup == 0) scales[c / kChunksPerGroup] = ue8m0_from_pow2(scale);
+  }
+  if (lane == 0) scales[ds_v4::kNumGroups] = 0;  // the unused byte, as the reference (and FlashMLA) write it
+}
+
 /// One token's cache row (warp `t`). Every load that does not depend on another is issued first (slot,
 /// position, the first latent pass, this lane's first k_pe pair), so a token costs one memory round trip
 /// plus the cos/sin read, not three chained ones.
@@ -260,6 +299,8 @@ __device__ __forceinline__ void append_token(const AppendKvParams& p, int64_t t,
 
   if constexpr (kFormat == KvFormat::kFP8DsMla) {
     write_latent_ds_mla<In>(row, lane, raw);
+  } else if constexpr (kFormat == KvFormat::kFP8DsV4) {
+    write_latent_ds_v4<In>(row, ds_v4_scales(p, slot), lane, raw);
   } else {
     write_latent_plain<In, kFormat>(p, src, row, lane, kv_scale, raw);
   }

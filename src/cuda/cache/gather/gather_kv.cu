@@ -21,7 +21,8 @@ GatherKvParams make_params(const GatherKvProblem& p) {
   GatherKvParams k{};
   k.cache = static_cast<const uint8_t*>(c.pages.data);
   k.page_stride = c.pages.stride[0];
-  k.row_stride = c.pages.stride[1];
+  // fp8_ds_v4's view has 584 bytes per token, but its tokens sit in 576-byte blocks (docs/spec.md section 4).
+  k.row_stride = c.format == KvFormat::kFP8DsV4 ? ds_v4::kTokenBytes : c.pages.stride[1];
   k.num_pages = c.num_pages();
   k.log2_page_size = log2_exact(c.page_size());
   k.block_table = p.block_table.ptr<const int32_t>();
@@ -57,16 +58,15 @@ Status gather_kv_supports(const GatherKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   const std::string why = "8-element vector chunks of the cuda gather_kv kernel";
-  if (c.format == KvFormat::kFP8DsV4) {
-    return unsupported("cache.format", "fp8_ds_v4", "the cuda gather_kv kernel does not read DeepSeek V4's paged "
-                                                    "format yet (the reference backend does)");
-  }
   MLAKIT_TRY(require_multiple("d_qk", c.dims.d_qk(), kChunk, "elements", why));
   if (p.out.shape[0] > 0) MLAKIT_TRY(require_vector_rows(p.out, "out", kOutStoreBytes, why));
   const int64_t load = chunk_load_bytes(c.format);
   MLAKIT_TRY(require_aligned("cache.pages.data", c.pages.data, load, why));
   if (c.num_pages() > 1) MLAKIT_TRY(require_multiple("cache.pages.stride[0]", c.pages.stride[0], load, "bytes", why));
-  if (c.page_size() > 1) MLAKIT_TRY(require_multiple("cache.pages.stride[1]", c.pages.stride[1], load, "bytes", why));
+  // fp8_ds_v4's stride[1] (584) says nothing of where its tokens lie: 576-byte blocks at 16-byte multiples.
+  if (c.page_size() > 1 && c.format != KvFormat::kFP8DsV4) {
+    MLAKIT_TRY(require_multiple("cache.pages.stride[1]", c.pages.stride[1], load, "bytes", why));
+  }
   if (blocks_for(p.out.shape[0], kGatherRowsPerBlock) > kMaxGridX) {
     return unsupported("out.shape[0]", p.out.shape[0], "must be below 2^31 * 16 rows (grid size, 16 rows per block)");
   }
@@ -85,7 +85,7 @@ Status gather_kv_run(const GatherKvProblem& p, Stream stream) {
     case KvFormat::kFP16: return launch<KvFormat::kFP16>(k, s);
     case KvFormat::kFP8E4M3: return launch<KvFormat::kFP8E4M3>(k, s);
     case KvFormat::kFP8DsMla: return launch<KvFormat::kFP8DsMla>(k, s);
-    case KvFormat::kFP8DsV4: break;  // refused by gather_kv_supports
+    case KvFormat::kFP8DsV4: return launch<KvFormat::kFP8DsV4>(k, s);
   }
   return Status::internal("gather_kv: unknown cache format");
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/cache/common/elements.cuh"
+#include "cuda/common/ue8m0.cuh"
 #include "mlakit/kv_format.h"
 
 namespace mlakit::cuda::cache {
@@ -28,7 +29,7 @@ inline constexpr int kGatherRowsPerBlock = kGatherWarpsPerBlock * kGatherRowsPer
 struct GatherKvParams {
   const uint8_t* cache;       // [num_pages, P, row_bytes]
   int64_t page_stride;        // bytes
-  int64_t row_stride;         // bytes
+  int64_t row_stride;         // bytes; fp8_ds_v4: its 576-byte token blocks (the scale blocks follow them)
   int64_t num_pages;
   int log2_page_size;
   const int32_t* block_table;  // [b, max_pages]
@@ -47,8 +48,9 @@ struct GatherKvParams {
   float kv_scale_value;
 };
 
-/// Source row of output row r, or null when r belongs to no request (or the tables point outside).
-__device__ __forceinline__ const uint8_t* gather_source(const GatherKvParams& p, int64_t r) {
+/// Source row of output row r, or null when r belongs to no request (or the tables point outside). fp8_ds_v4: the
+/// token block, and in *scales its 8-byte scale block after the page's token blocks (docs/spec.md section 4).
+__device__ __forceinline__ const uint8_t* gather_source(const GatherKvParams& p, int64_t r, const uint8_t** scales) {
   int64_t lo = 0, hi = p.batch;  // the answer lies in [lo, hi)
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
@@ -64,13 +66,25 @@ __device__ __forceinline__ const uint8_t* gather_source(const GatherKvParams& p,
   if (page_index >= p.max_pages) return nullptr;
   const int64_t page = p.block_table[lo * p.bt_stride_b + page_index * p.bt_stride_page];
   if (page < 0 || page >= p.num_pages) return nullptr;
-  return p.cache + page * p.page_stride + (j & ((int64_t(1) << p.log2_page_size) - 1)) * p.row_stride;
+  const int64_t slot = j & ((int64_t(1) << p.log2_page_size) - 1);
+  const uint8_t* page_base = p.cache + page * p.page_stride;
+  *scales = page_base + (int64_t(ds_v4::kTokenBytes) << p.log2_page_size) + slot * ds_v4::kScaleBytes;
+  return page_base + slot * p.row_stride;
 }
 
-/// Raw bytes of one chunk as stored: 16 bytes for 16-bit rows and the bf16 k_pe of fp8_ds_mla, 8 for e4m3.
+/// Raw bytes of one chunk as stored: 16 bytes for 16-bit rows and the bf16 k_pe of fp8_ds_mla and fp8_ds_v4, 8 for
+/// e4m3 (with the group's scale as a float in the spare third word for the grouped formats).
 template <KvFormat kFormat>
-__device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int c) {
-  if constexpr (kFormat == KvFormat::kBF16 || kFormat == KvFormat::kFP16) {
+__device__ __forceinline__ uint4 load_chunk(const uint8_t* row, const uint8_t* scales, int c) {
+  if constexpr (kFormat == KvFormat::kFP8DsV4) {
+    constexpr int kLatentChunks = ds_v4::kDimC / kChunk;
+    if (c < kLatentChunks) {
+      const uint2 u = reinterpret_cast<const uint2*>(row)[c];
+      const float s = ue8m0_to_float(scales[c / (ds_v4::kGroupSize / kChunk)]);
+      return make_uint4(u.x, u.y, __float_as_uint(s), 0u);
+    }
+    return reinterpret_cast<const uint4*>(row + ds_v4::kRopeOffset)[c - kLatentChunks];
+  } else if constexpr (kFormat == KvFormat::kBF16 || kFormat == KvFormat::kFP16) {
     return reinterpret_cast<const uint4*>(row)[c];
   } else if constexpr (kFormat == KvFormat::kFP8E4M3) {
     const uint2 u = reinterpret_cast<const uint2*>(row)[c];
@@ -125,8 +139,9 @@ __device__ __forceinline__ uint4 dequant_chunk(uint4 u, int c, float kv_scale) {
     return make_uint4(fp16x2_to_bf16x2(u.x), fp16x2_to_bf16x2(u.y), fp16x2_to_bf16x2(u.z), fp16x2_to_bf16x2(u.w));
   } else if constexpr (kFormat == KvFormat::kFP8E4M3) {
     return e4m3x8_to_bf16x8(u.x, u.y, kv_scale);
-  } else {
-    if (c < ds_mla::kDimC / kChunk) return e4m3x8_to_bf16x8(u.x, u.y, __uint_as_float(u.z));
+  } else {  // fp8_ds_mla, fp8_ds_v4: scaled e4m3 latent chunks, then bf16 k_pe
+    constexpr int kLatentChunks = (kFormat == KvFormat::kFP8DsV4 ? ds_v4::kDimC : ds_mla::kDimC) / kChunk;
+    if (c < kLatentChunks) return e4m3x8_to_bf16x8(u.x, u.y, __uint_as_float(u.z));
     return make_uint4(bf16x2_requiet(u.x), bf16x2_requiet(u.y), bf16x2_requiet(u.z), bf16x2_requiet(u.w));
   }
 }
@@ -139,8 +154,11 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kv_kernel(const GatherK
   const int lane = threadIdx.x % kWarpSize;
   const int64_t r0 = (int64_t(blockIdx.x) * kGatherWarpsPerBlock + threadIdx.x / kWarpSize) * kGatherRowsPerWarp;
   const uint8_t* rows[kGatherRowsPerWarp];
+  const uint8_t* scales[kGatherRowsPerWarp];  // fp8_ds_v4 only
 #pragma unroll
-  for (int k = 0; k < kGatherRowsPerWarp; ++k) rows[k] = r0 + k < p.total_rows ? gather_source(p, r0 + k) : nullptr;
+  for (int k = 0; k < kGatherRowsPerWarp; ++k) {
+    rows[k] = r0 + k < p.total_rows ? gather_source(p, r0 + k, &scales[k]) : nullptr;
+  }
   const float kv_scale = kFormat == KvFormat::kFP8E4M3 ? (p.kv_scale ? *p.kv_scale : p.kv_scale_value) : 1.0f;
   const int chunks = p.d_qk / kChunk;
   for (int base = 0; base < chunks; base += kGatherChunksPerLane * kWarpSize) {
@@ -150,7 +168,7 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kv_kernel(const GatherK
 #pragma unroll
       for (int j = 0; j < kGatherChunksPerLane; ++j) {
         const int c = base + lane + j * kWarpSize;
-        if (rows[k] != nullptr && c < chunks) u[k][j] = load_chunk<kFormat>(rows[k], c);
+        if (rows[k] != nullptr && c < chunks) u[k][j] = load_chunk<kFormat>(rows[k], scales[k], c);
       }
 #pragma unroll
     for (int k = 0; k < kGatherRowsPerWarp; ++k) {

@@ -38,18 +38,22 @@ static_assert(kBlockN % 16 == 0 && kTokenNTiles == 4, "two k16 steps of P per ti
 static_assert((1 << kTileShift) == kBlockN);
 static_assert(kDimV % (16 * 4) == 0, "P.V n-tiles come in pairs of 8 columns for up to 4 warps");
 
-/// Shared-memory stride of a raw (not yet dequantised) row: a multiple of 16 bytes, padded by 16 so
-/// that cp.async writes of consecutive rows do not pile onto one bank group.
-constexpr int raw_row_stride(KvKind k) {
-  return k == KvKind::k16Bit ? kSmemRowBytes : (kv_kind_row_bytes(k) + 15) / 16 * 16 + 16;
+/// Bytes of a raw fp8_ds_v4 row in shared memory: the 576-byte token block, then its 8 scale bytes.
+inline constexpr int kDsV4RawBytes = ds_v4::kTokenBytes + ds_v4::kScaleBytes;
+/// Shared-memory stride of a raw (not yet dequantised) row of d_qk columns: a multiple of 16 bytes, padded by
+/// 16 so that cp.async writes of consecutive rows do not pile onto one bank group.
+constexpr int raw_row_stride(KvKind k, int d_qk = kDimQK) {
+  const int bytes = k == KvKind::kDsV4 ? kDsV4RawBytes : kv_kind_row_bytes(k, d_qk);
+  return k == KvKind::k16Bit ? kSmemRowBytes : (bytes + 15) / 16 * 16 + 16;
 }
 static_assert(raw_row_stride(KvKind::kE4M3) == 592 && raw_row_stride(KvKind::kDsMla) == 672);
+static_assert(raw_row_stride(KvKind::kDsV4, kDimQKV4) == 608 && raw_row_stride(KvKind::kE4M3, kDimQKV4) == 528);
 
 /// Shared-memory layout of one decode CTA, in bytes.
 struct SmemLayout {
   int q_off, tile_off, raw_off, xch_p_off, xch_m_off, valid_off, total;
 };
-constexpr SmemLayout smem_layout(KvKind k, int row_groups, bool sparse) {
+constexpr SmemLayout smem_layout(KvKind k, int row_groups, bool sparse, int d_qk = kDimQK) {
   SmemLayout s{};
   s.q_off = 0;
   const int q_bytes = row_groups * kRowsPerGroup * kSmemRowBytes;
@@ -57,7 +61,7 @@ constexpr SmemLayout smem_layout(KvKind k, int row_groups, bool sparse) {
   const int tile_bytes = k == KvKind::k16Bit ? 0 : kBlockN * kSmemRowBytes;
   s.tile_off = q_bytes;
   s.raw_off = s.tile_off + tile_bytes;
-  const int raw_bytes = kStages * kBlockN * raw_row_stride(k);
+  const int raw_bytes = kStages * kBlockN * raw_row_stride(k, d_qk);
   s.xch_p_off = s.raw_off + raw_bytes;
   // P fragments exchanged between the warps of a row group: 4 token n-tiles x 32 lanes x 8 bytes.
   const int xch_p_bytes = row_groups * kTokenNTiles * 32 * 8;
@@ -74,5 +78,6 @@ constexpr SmemLayout smem_layout(KvKind k, int row_groups, bool sparse) {
 // The largest layout (64 rows, ds_mla) must fit the 163 KB an sm_80 block may opt into.
 static_assert(smem_layout(KvKind::kDsMla, kMaxRowGroups, true).total <= 163 * 1024);
 static_assert(smem_layout(KvKind::k16Bit, kMaxRowGroups, true).total <= 163 * 1024);
+static_assert(smem_layout(KvKind::kDsV4, kMaxRowGroups, true, kDimQKV4).total <= 163 * 1024);
 
 }  // namespace mlakit::cuda::decode

@@ -23,52 +23,50 @@ int row_groups_for(int64_t rows) {
 
 int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups == 2 ? 1 : 2; }
 
-template <bool kSparse>
-Status occupancy(bool bf16, KvKind kind, int row_groups, int* ctas) {
-  switch (kind) {
-    case KvKind::k16Bit:
-      return bf16 ? decode_occupancy<true, KvKind::k16Bit, kSparse>(row_groups, ctas)
-                  : decode_occupancy<false, KvKind::k16Bit, kSparse>(row_groups, ctas);
-    case KvKind::kE4M3:
-      return bf16 ? decode_occupancy<true, KvKind::kE4M3, kSparse>(row_groups, ctas)
-                  : decode_occupancy<false, KvKind::kE4M3, kSparse>(row_groups, ctas);
-    case KvKind::kDsMla:
-      return bf16 ? decode_occupancy<true, KvKind::kDsMla, kSparse>(row_groups, ctas)
-                  : decode_occupancy<false, KvKind::kDsMla, kSparse>(row_groups, ctas);
+/// The one place where a variant becomes template values: calls f.template operator()<kBf16, kKind, kSparse, kDqk>().
+/// V4's geometry has instantiations for sparse decode with q in bf16 only (check_geometry refuses the rest).
+template <typename F>
+Status with_variant(const Sm80Variant& v, F&& f) {
+  if (v.v4) {
+    if (!v.sparse || !v.bf16) return Status::internal("decode: V4 geometry has sparse bf16 kernels only");
+    switch (v.kind) {
+      case KvKind::k16Bit: return f.template operator()<true, KvKind::k16Bit, true, kDimQKV4>();
+      case KvKind::kE4M3: return f.template operator()<true, KvKind::kE4M3, true, kDimQKV4>();
+      case KvKind::kDsV4: return f.template operator()<true, KvKind::kDsV4, true, kDimQKV4>();
+      case KvKind::kDsMla: break;
+    }
+    return Status::internal("decode: fp8_ds_mla cannot hold V4 rows");
   }
-  return Status::internal("decode: unknown kv kind");
-}
-
-template <bool kSparse>
-Status launch_kernel(const DecodeParams& d, bool bf16, KvKind kind, const Sm80Shape& s, cudaStream_t stream) {
-  const int rg = s.row_groups, rb = s.row_blocks;
-  switch (kind) {
-    case KvKind::k16Bit:
-      return bf16 ? launch_decode_kernel<true, KvKind::k16Bit, kSparse>(d, rg, rb, stream, s.pdl)
-                  : launch_decode_kernel<false, KvKind::k16Bit, kSparse>(d, rg, rb, stream, s.pdl);
-    case KvKind::kE4M3:
-      return bf16 ? launch_decode_kernel<true, KvKind::kE4M3, kSparse>(d, rg, rb, stream, s.pdl)
-                  : launch_decode_kernel<false, KvKind::kE4M3, kSparse>(d, rg, rb, stream, s.pdl);
-    case KvKind::kDsMla:
-      return bf16 ? launch_decode_kernel<true, KvKind::kDsMla, kSparse>(d, rg, rb, stream, s.pdl)
-                  : launch_decode_kernel<false, KvKind::kDsMla, kSparse>(d, rg, rb, stream, s.pdl);
+  auto by_kind = [&]<bool kBf16, bool kSparse>() -> Status {
+    switch (v.kind) {
+      case KvKind::k16Bit: return f.template operator()<kBf16, KvKind::k16Bit, kSparse, kDimQK>();
+      case KvKind::kE4M3: return f.template operator()<kBf16, KvKind::kE4M3, kSparse, kDimQK>();
+      case KvKind::kDsMla: return f.template operator()<kBf16, KvKind::kDsMla, kSparse, kDimQK>();
+      case KvKind::kDsV4: break;
+    }
+    return Status::internal("decode: fp8_ds_v4 holds V4 rows only");
+  };
+  if (v.sparse) {
+    return v.bf16 ? by_kind.template operator()<true, true>() : by_kind.template operator()<false, true>();
   }
-  return Status::internal("decode: unknown kv kind");
+  return v.bf16 ? by_kind.template operator()<true, false>() : by_kind.template operator()<false, false>();
 }
 
 }  // namespace
 
-Status sm80_shape(int64_t rows, bool bf16, KvKind kind, bool sparse, Sm80Shape* out) {
+Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(&facts));
   Sm80Shape s;
   s.row_groups = row_groups_for(rows);
   const int64_t per_cta = int64_t(s.row_groups) * kRowsPerGroup;
   s.row_blocks = int((rows + per_cta - 1) / per_cta);
-  int& ctas = facts->sm80_ctas[sparse ? 1 : 0][bf16 ? 1 : 0][int(kind)][row_group_index(s.row_groups)];
+  int& ctas = facts->sm80_ctas[v.sparse ? 1 : 0][v.bf16 ? 1 : 0][v.v4 ? 1 : 0][int(v.kind)][row_group_index(s.row_groups)];
   if (ctas < 1) {
-    MLAKIT_TRY(sparse ? occupancy<true>(bf16, kind, s.row_groups, &ctas)
-                      : occupancy<false>(bf16, kind, s.row_groups, &ctas));
+    const int rg = s.row_groups;
+    MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
+      return decode_occupancy<kBf16, kKind, kSparse, kDqk>(rg, &ctas);
+    }));
   }
   if (ctas < 1) return Status::internal("decode: the kernel does not fit on an SM of this device");
   s.partitions = std::max<int64_t>(1, int64_t(facts->info.num_sms) * ctas / s.row_blocks);
@@ -77,11 +75,11 @@ Status sm80_shape(int64_t rows, bool bf16, KvKind kind, bool sparse, Sm80Shape* 
   return {};
 }
 
-Status launch_sm80(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, const Sm80Shape& shape,
-                   cudaStream_t stream) {
-  MLAKIT_TRY(sparse ? launch_kernel<true>(d, bf16, kind, shape, stream)
-                    : launch_kernel<false>(d, bf16, kind, shape, stream));
-  return launch_combine(d, bf16, stream, shape.pdl);
+Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
+  MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
+    return launch_decode_kernel<kBf16, kKind, kSparse, kDqk>(d, shape.row_groups, shape.row_blocks, stream, shape.pdl);
+  }));
+  return launch_combine(d, v.bf16, stream, shape.pdl);
 }
 
 }  // namespace mlakit::cuda::decode

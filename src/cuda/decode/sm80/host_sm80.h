@@ -13,6 +13,15 @@
 
 namespace mlakit::cuda::decode {
 
+/// Which instantiation of the decode kernel a call needs: q's dtype, the KV kind, dense or sparse, and the geometry
+/// (V4: d_qk 512, sparse only).
+struct Sm80Variant {
+  bool bf16 = true;
+  KvKind kind = KvKind::k16Bit;
+  bool sparse = false;
+  bool v4 = false;
+};
+
 struct Sm80Shape {
   int row_groups = 0;      // groups of 16 query rows per CTA: 1, 2 or 4
   int row_blocks = 0;      // CTAs per request along the rows
@@ -21,10 +30,9 @@ struct Sm80Shape {
 };
 
 /// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q).
-Status sm80_shape(int64_t rows, bool bf16, KvKind kind, bool sparse, Sm80Shape* out);
+Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out);
 
 /// Launches the decode kernel (dense or sparse) and then the combine of the split requests.
-Status launch_sm80(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, const Sm80Shape& shape,
-                   cudaStream_t stream);
+Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream);
 
 }  // namespace mlakit::cuda::decode

@@ -18,8 +18,13 @@
 // shared-memory tile (V = first 512 columns).
 //
 // fp8 caches are copied raw and dequantised in shared memory into q's dtype (exactly for fp8_e4m3,
-// whose per-cache scale folds into tau and the output; fp8_ds_mla multiplies each group scale in fp32
-// and rounds once).
+// whose per-cache scale folds into tau and the output; fp8_ds_mla and fp8_ds_v4 multiply each group scale in
+// fp32 and round once).
+//
+// kDqk is d_qk: 576 (DeepSeek V3, d_c 512 + d_r 64) or 512 (V4, d_c 448 + d_r 64, sparse only). Both have V =
+// the first kDimV = 512 columns of K (V4's whole row), so only the Q.K^T depth and the row layouts change. Sparse
+// decode with V4's extra cache reads a request's index columns past its main ones from the second pool
+// (sparse_row_ref).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,6 +32,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
 #include "cuda/decode/smxx/dequant.cuh"
 #include "cuda/decode/smxx/params.h"
@@ -37,28 +43,51 @@ namespace mlakit::cuda::decode {
 inline constexpr int kWarpSize = 32;
 inline constexpr int kChunk = 16;  // bytes per cp.async / vector access
 
-template <KvKind kKind>
+template <KvKind kKind, int kDqk>
 struct RawRow {
-  static constexpr int kBytes = kv_kind_row_bytes(kKind);
-  static constexpr int kChunks = kBytes / kChunk;  // 72, 36 or 41 cp.async per row
-  static constexpr int kStride = raw_row_stride(kKind);
+  static constexpr int kBytes = kv_kind_row_bytes(kKind, kDqk);
+  static constexpr int kChunks = kBytes / kChunk;  // 72, 36, 41 or 36 cp.async per row (V3: 16-bit, e4m3, ds_mla; ds_v4)
+  /// 16-byte pieces, then for fp8_ds_v4 one 8-byte piece: the scale block, stored at kBytes in the raw row.
+  static constexpr int kPieces = kChunks + (kKind == KvKind::kDsV4 ? 1 : 0);
+  static constexpr int kStride = raw_row_stride(kKind, kDqk);
   static_assert(kBytes % kChunk == 0, "rows are copied in 16-byte pieces");
 };
 
+/// Copies piece `ch` (RawRow::kPieces) of a row into shared memory at dst; a null row zero-fills it and reads nothing.
+template <KvKind kKind, int kDqk>
+__device__ __forceinline__ void copy_row_piece(uint32_t dst, const RowRef& ref, const uint8_t* any, int ch) {
+  using RR = RawRow<kKind, kDqk>;
+  const bool valid = ref.row != nullptr;
+  if (kKind != KvKind::kDsV4 || ch < RR::kChunks) {
+    cp_async_16(dst + ch * kChunk, valid ? ref.row + ch * kChunk : any, valid ? kChunk : 0);
+  } else {
+    cp_async_8(dst + RR::kBytes, valid ? ref.scales : any, valid ? ds_v4::kScaleBytes : 0);
+  }
+}
+
 /// Dequantises one raw fp8 tile (kBlockN rows) into the 16-bit compute tile.
-template <bool kBf16, KvKind kKind, int kThreads>
+template <bool kBf16, KvKind kKind, int kThreads, int kDqk>
 __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, int tid) {
-  constexpr int kOutChunks = kDimQK / kVec16;  // 72 vectors of 8 values per row
+  constexpr int kOutChunks = kDqk / kVec16;  // 72 (V3) or 64 (V4) vectors of 8 values per row
   static_assert(kBlockN * kOutChunks % kThreads == 0, "every thread converts the same number of vectors");
   // Unrolled by 4 so that independent shared-memory loads of several vectors are in flight at once.
 #pragma unroll 4
   for (int c = tid; c < kBlockN * kOutChunks; c += kThreads) {
     const int tok = c / kOutChunks;
     const int ch = c % kOutChunks;
-    const uint8_t* row = raw + tok * RawRow<kKind>::kStride;
+    const uint8_t* row = raw + tok * RawRow<kKind, kDqk>::kStride;
     uint4 o;
     if constexpr (kKind == KvKind::kE4M3) {
       o = e4m3x8_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16));
+    } else if constexpr (kKind == KvKind::kDsV4) {
+      constexpr int kLatentChunks = ds_v4::kDimC / kVec16;         // 56
+      constexpr int kChunksPerGroup = ds_v4::kGroupSize / kVec16;  // 8
+      if (ch < kLatentChunks) {
+        const float s = ue8m0_to_float(row[ds_v4::kTokenBytes + ch / kChunksPerGroup]);
+        o = e4m3x8_scaled_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16), s);
+      } else {
+        o = bf16x8_to<kBf16>(*reinterpret_cast<const uint4*>(row + ds_v4::kRopeOffset + (ch - kLatentChunks) * kChunk));
+      }
     } else {  // kDsMla
       constexpr int kLatentChunks = ds_mla::kDimC / kVec16;         // 64
       constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;  // 16
@@ -75,27 +104,29 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, 
   }
 }
 
-template <bool kBf16, KvKind kKind, int kRowGroups, bool kSparse>
+template <bool kBf16, KvKind kKind, int kRowGroups, bool kSparse, int kDqk>
 __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWarpSize, 1)
     decode_kernel(const DecodeParams p) {
+  static_assert(kDqk == kDimQK || (kDqk == kDimQKV4 && kSparse), "V4 geometry is served for sparse decode only");
+  static_assert((kKind == KvKind::kDsV4) <= (kDqk == kDimQKV4), "fp8_ds_v4 holds V4 rows only");
   constexpr int kW = warps_per_group(kRowGroups);  // warps per row group
   constexpr int kWarps = kRowGroups * kW;
   constexpr int kThreads = kWarps * kWarpSize;
   constexpr int kRows = kRowGroups * kRowsPerGroup;
-  constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups, kSparse);
-  constexpr int kQChunks = kDimQK / kVec16;   // 72 16-byte pieces per q row
-  constexpr int kKSteps = kDimQK / 16;        // 36 mma k-steps for Q K^T
+  constexpr SmemLayout kSmem = smem_layout(kKind, kRowGroups, kSparse, kDqk);
+  constexpr int kQChunks = kDqk / kVec16;     // 72 (V4: 64) 16-byte pieces per q row
+  constexpr int kKSteps = kDqk / 16;          // 36 (V4: 32) mma k-steps for Q K^T
   constexpr int kTokW = kBlockN / kW;         // tokens of the tile whose scores a warp computes: 16 or 8
   constexpr int kNT = kTokW / 8;              // their n-tiles: 2 or 1
   constexpr int kChains = 4 / kNT;            // accumulator sets per n-tile: 4 independent mma chains
   constexpr int kColsW = kDimV / kW;          // output columns a warp accumulates: 256 or 128
   constexpr int kNTilesO = kColsW / 8;        // their n-tiles: 32 or 16
-  using RR = RawRow<kKind>;
+  using RR = RawRow<kKind, kDqk>;
   // KV copy: warp w copies tokens [w * kLoadTok, (w + 1) * kLoadTok) of each tile, one row at a time
   // with its 32 lanes on consecutive 16-byte pieces (512 contiguous bytes per instruction, 4 whole
   // 128-byte lines), instead of 16 rows x 32 bytes per instruction (version 3).
   constexpr int kLoadTok = kBlockN / kWarps;                            // 16, 8 or 4
-  constexpr int kLoadIters = (RR::kChunks + kWarpSize - 1) / kWarpSize;  // 3, 2 or 2
+  constexpr int kLoadIters = (RR::kPieces + kWarpSize - 1) / kWarpSize;  // 3, 2 or 2
   static_assert(kBlockN % kWarps == 0 && kLoadTok <= kWarpSize, "one lane looks up the page of each row");
   static_assert(kTokW % 8 == 0 && kKSteps % 2 == 0 && kNTilesO % 2 == 0);
 
@@ -135,6 +166,8 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
     const int32_t len = request_len<kSparse>(p.lens, r);
+    int32_t main_len = len;  // sparse with an extra cache: columns from main_len on are the extra cache's
+    if constexpr (kSparse) main_len = request_main_len(p.lens, r);
     const int32_t tiles = request_tiles(len, kTileShift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;
@@ -172,17 +205,34 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     }
 
     // KV tiles: lane t < kLoadTok of each warp looks up where row t of the warp's rows lives once per tile
-    // (its byte offset in the pool, -1 for a row that is not read); the warp then copies its rows, taking each
-    // offset from that lane by shuffle. The offsets of the tile after next are looked up one iteration
+    // (its address, null for a row that is not read); the warp then copies its rows, taking each address
+    // from that lane by shuffle. The addresses of the tile after next are looked up one iteration
     // early, so the block-table (or indices) latency hides behind the math.
-    auto row_offset = [&](int32_t tile) -> int64_t {
+    auto row_ref = [&](int32_t tile) -> RowRef {
       const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
-      if (lane >= kLoadTok || t >= kv_hi) return -1;
-      return kv_row_offset<kSparse>(p, r, t, len);
-    };
-    auto load_tile = [&](int stage, int64_t lane_off) {
+      if (lane >= kLoadTok || t >= kv_hi) return RowRef{nullptr, nullptr};
       if constexpr (kSparse) {
-        if (lane < kLoadTok) row_valid[stage * kBlockN + warp * kLoadTok + lane] = lane_off >= 0;
+        return sparse_row_ref<kKind == KvKind::kDsV4>(p, r, t, main_len, len);
+      } else {
+        const int64_t off = dense_row_offset(p, r, t, len);
+        return RowRef{off >= 0 ? p.pages + off : nullptr, nullptr};
+      }
+    };
+    // Row `src_lane`'s address from the lane that looked it up (the scale pointer only where the format has one).
+    auto shfl_ref = [&](const RowRef& mine, int src_lane) -> RowRef {
+      RowRef ref;
+      ref.row = reinterpret_cast<const uint8_t*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine.row), src_lane));
+      ref.scales = nullptr;
+      if constexpr (kKind == KvKind::kDsV4) {
+        ref.scales = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine.scales), src_lane));
+      }
+      return ref;
+    };
+    auto load_tile = [&](int stage, const RowRef& lane_ref) {
+      if constexpr (kSparse) {
+        if (lane < kLoadTok) row_valid[stage * kBlockN + warp * kLoadTok + lane] = lane_ref.row != nullptr;
       }
       if constexpr (kRowGroups > 1) {
         // Compute-bound CTAs (>= 32 rows): version 3's mapping, kThreads / kBlockN threads per row, each
@@ -192,36 +242,32 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
         constexpr int kTpt = kThreads / kBlockN;
         static_assert(kThreads % kBlockN == 0 && kTpt * kLoadTok == kWarpSize, "warp w copies the rows it looked up");
         const int tok = tid / kTpt;
-        const int64_t off = __shfl_sync(0xffffffffu, lane_off, tok % kLoadTok);
-        const bool valid = off >= 0;
-        const uint8_t* src = valid ? p.pages + off : p.pages;
+        const RowRef ref = shfl_ref(lane_ref, tok % kLoadTok);
         const uint32_t dst = raw_base + (stage * kBlockN + tok) * RR::kStride;
 #pragma unroll
-        for (int j = 0; j < (RR::kChunks + kTpt - 1) / kTpt; ++j) {
+        for (int j = 0; j < (RR::kPieces + kTpt - 1) / kTpt; ++j) {
           const int ch = tid % kTpt + j * kTpt;
-          if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+          if (ch < RR::kPieces) copy_row_piece<kKind, kDqk>(dst, ref, p.pages, ch);
         }
       } else {  // one row group: each warp copies its rows one by one, the offset taken by shuffle
 #pragma unroll
         for (int i = 0; i < kLoadTok; ++i) {
           const int row = warp * kLoadTok + i;
-          const int64_t off = __shfl_sync(0xffffffffu, lane_off, i);
-          const bool valid = off >= 0;
-          const uint8_t* src = valid ? p.pages + off : p.pages;
+          const RowRef ref = shfl_ref(lane_ref, i);
           const uint32_t dst = raw_base + (stage * kBlockN + row) * RR::kStride;
 #pragma unroll
           for (int j = 0; j < kLoadIters; ++j) {
             const int ch = lane + j * kWarpSize;
-            if (ch < RR::kChunks) cp_async_16(dst + ch * kChunk, src + (valid ? ch * kChunk : 0), valid ? kChunk : 0);
+            if (ch < RR::kPieces) copy_row_piece<kKind, kDqk>(dst, ref, p.pages, ch);
           }
         }
       }
     };
 
-    int64_t off_next = row_offset(t_begin);
-    load_tile(0, off_next);
+    RowRef ref_next = row_ref(t_begin);
+    load_tile(0, ref_next);
     cp_async_commit();
-    off_next = n_tiles > 1 ? row_offset(t_begin + 1) : -1;
+    ref_next = n_tiles > 1 ? row_ref(t_begin + 1) : RowRef{nullptr, nullptr};
 
     float o[kNTilesO][4];
 #pragma unroll
@@ -231,14 +277,14 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 
     for (int it = 0; it < n_tiles; ++it) {
       if (it + 1 < n_tiles) {
-        load_tile((it + 1) % kStages, off_next);
-        off_next = it + 2 < n_tiles ? row_offset(t_begin + it + 2) : -1;
+        load_tile((it + 1) % kStages, ref_next);
+        ref_next = it + 2 < n_tiles ? row_ref(t_begin + it + 2) : RowRef{nullptr, nullptr};
       }
       cp_async_commit();
       cp_async_wait<kStages - 1>();
       __syncthreads();
       if constexpr (kKind != KvKind::k16Bit) {
-        dequant_tile<kBf16, kKind, kThreads>(raw_smem + (it % kStages) * kBlockN * RR::kStride,
+        dequant_tile<kBf16, kKind, kThreads, kDqk>(raw_smem + (it % kStages) * kBlockN * RR::kStride,
                                               smem + kSmem.tile_off, tid);
         __syncthreads();
       }

@@ -9,17 +9,17 @@
 
 namespace mlakit::cuda::decode {
 
-/// The decode kernel for q dtype (bf16 when kBf16) and KV kind, dense or sparse (kSparse), with `row_groups`
-/// (1, 2 or 4) groups of 16 query rows per CTA, on a grid of (row blocks, p.partitions). One explicit
-/// instantiation per (kBf16, kKind, kSparse) lives in instantiations/.
-template <bool kBf16, KvKind kKind, bool kSparse>
+/// The decode kernel for q dtype (bf16 when kBf16), KV kind and d_qk (576, or V4's 512), dense or sparse
+/// (kSparse), with `row_groups` (1, 2 or 4) groups of 16 query rows per CTA, on a grid of (row blocks,
+/// p.partitions). One explicit instantiation per (kBf16, kKind, kSparse, kDqk) lives in instantiations/.
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk = kDimQK>
 Status launch_decode_kernel(const DecodeParams& p, int row_groups, int row_blocks, cudaStream_t stream, bool pdl);
 
 /// Threads of one decode CTA.
 inline int decode_threads(int row_groups) { return row_groups * warps_per_group(row_groups) * 32; }
 
 /// CTAs of the decode kernel that fit on one SM (from the CUDA occupancy calculator).
-template <bool kBf16, KvKind kKind, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk = kDimQK>
 Status decode_occupancy(int row_groups, int* ctas_per_sm);
 
 }  // namespace mlakit::cuda::decode

@@ -15,20 +15,28 @@ namespace {
 
 constexpr const char* kPath = "cuda sparse_decode";
 
+/// The portable sparse kernels serve DeepSeek V4 too: its geometry, fp8_ds_v4 and the extra cache.
+constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true};
+
+decode::Sm80Variant variant_of(const SparseDecodeProblem& p) {
+  return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, p.kv.dims.v_whole_row};
+}
+
 Status shape_for(const SparseDecodeProblem& p, decode::Sm80Shape* s) {
-  return decode::sm80_shape(p.h_q(), p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, s);
+  return decode::sm80_shape(p.h_q(), variant_of(p), s);
 }
 
 }  // namespace
 
 std::vector<Feature> sparse_decode_features() {
   return {{OpKind::kSparseDecode,
-           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; any P; "
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; "
+           "DeepSeek V4 (d_c=448, d_r=64, whole-row V, q bf16): kv=bf16, fp8_e4m3, fp8_ds_v4, extra cache; any P; "
            "h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink; ids past the cache skipped; "
            "b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
 }
 
-Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath); }
+Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath, kCaps); }
 
 size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
   decode::Sm80Shape s;
@@ -42,7 +50,7 @@ Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stre
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
   MLAKIT_TRY(decode::launch_plan_for(p, ws, s.partitions, decode::kTileShift, cs, s.pdl));
   const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);
-  return decode::launch_sm80(d, p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, s, cs);
+  return decode::launch_sm80(d, variant_of(p), s, cs);
 }
 
 }  // namespace mlakit::cuda

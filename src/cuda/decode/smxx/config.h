@@ -22,6 +22,12 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(kDimQK == kDimV + kDimR, "V is the first d_c columns of K");
 
+// ---- DeepSeek V4 geometry (sparse decode on the portable path only): d_c = 448, d_r = 64, V the whole row ----
+/// d_qk of V4: 512 columns, all of them V. So in both geometries V is the first kDimV = 512 columns of K, and a
+/// kernel templated on d_qk (576 or 512) serves both with the same P.V and output code.
+inline constexpr int kDimQKV4 = ds_v4::kDimC + ds_v4::kDimR;  // 512
+static_assert(kDimQKV4 == kDimV, "V4's V is its whole row: the first kDimV columns of K, like V3's");
+
 // ---- scheduling (plan.cu, combine.cu) ----
 /// Per-request fixed cost, in KV tiles, that the plan adds to every request when it balances work:
 /// loading the query rows and writing the output cost about as much as two tiles.
@@ -31,13 +37,18 @@ inline constexpr int kPlanThreads = 1024;
 /// Warps per CTA of the combine kernel (they share the splits of one row).
 inline constexpr int kCombineWarps = 8;
 
-/// KV layouts the kernels know: the 16-bit formats (which must match q's dtype), and the two fp8
-/// formats, dequantised on chip into q's dtype.
-enum class KvKind : int { k16Bit = 0, kE4M3 = 1, kDsMla = 2 };
+/// KV layouts the kernels know: the 16-bit formats (which must match q's dtype), and the fp8 formats,
+/// dequantised on chip into q's dtype. kDsV4 (fp8_ds_v4, V4 geometry only) is read by the portable path.
+enum class KvKind : int { k16Bit = 0, kE4M3 = 1, kDsMla = 2, kDsV4 = 3 };
+inline constexpr int kNumKvKinds = 4;
 
-/// Bytes of one cache row of each kind.
-constexpr int kv_kind_row_bytes(KvKind k) {
-  return k == KvKind::k16Bit ? 2 * kDimQK : k == KvKind::kE4M3 ? kDimQK : int(ds_mla::kRowBytes);
+/// Bytes of one cache row of each kind with d_qk columns; for kDsV4 the contiguous token block (448 e4m3 + 64
+/// bf16), whose 8 scale bytes lie elsewhere in the page.
+constexpr int kv_kind_row_bytes(KvKind k, int d_qk = kDimQK) {
+  return k == KvKind::k16Bit ? 2 * d_qk
+         : k == KvKind::kE4M3 ? d_qk
+         : k == KvKind::kDsMla ? int(ds_mla::kRowBytes)
+                               : int(ds_v4::kTokenBytes);
 }
 static_assert(ds_mla::kDimC == kDimC && ds_mla::kDimR == kDimR);
 

@@ -37,25 +37,59 @@ Status check_rows_16(const TensorView& t, const char* name, const std::string& p
   return {};
 }
 
-/// What every CUDA decode path needs of q, the cache and out, dense or sparse: the geometry, q's dtype against a
-/// 16-bit cache, 16-byte aligned rows.
-Status check_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView& out, const std::string& path) {
-  if (kv.format == KvFormat::kFP8DsV4) {
+/// A cache's pages: 16-byte aligned, page (and, but for fp8_ds_v4's 584-byte token view, row) strides in 16 bytes.
+Status check_pages(const KvCacheView& kv, const char* name, const std::string& path) {
+  if (!aligned(kv.pages.data)) {
+    return Status::not_supported(std::string(name) + ".pages.data: must be 16-byte aligned (" + path +
+                                 " copies 16-byte pieces)");
+  }
+  // fp8_ds_v4's stride[1] is its 584 bytes per token, not where a token lies: its 576-byte blocks are at 16-byte
+  // multiples of the page start (docs/spec.md section 4).
+  const int strided = kv.format == KvFormat::kFP8DsV4 ? 1 : 2;
+  for (int d = 0; d < strided; ++d) {
+    if (kv.pages.stride[d] % kAlignBytes != 0) {
+      return Status::not_supported(std::string(name) + ".pages.stride[" + std::to_string(d) + "]=" +
+                                   std::to_string(kv.pages.stride[d]) + ": must be a multiple of 16 bytes for " + path);
+    }
+  }
+  return {};
+}
+
+/// The geometry: DeepSeek V3's (d_c 512, d_r 64, V the first d_c columns) on every path; V4's (d_c 448, d_r 64, V
+/// the whole row, q bf16) where `v4` says the path has its kernels.
+Status check_geometry(const TensorView& q, const KvCacheView& kv, const std::string& path, bool v4) {
+  if (kv.format == KvFormat::kFP8DsV4 && !v4) {
     return Status::not_supported("kv.format=fp8_ds_v4: " + path +
-                                 " does not read DeepSeek V4's paged format yet (the reference backend does)");
+                                 " does not read DeepSeek V4's paged format yet (the reference backend and the cuda "
+                                 "backend's sparse decode do)");
   }
-  if (kv.dims.v_whole_row) {
+  if (kv.dims.v_whole_row && !v4) {
     return Status::not_supported("kv.dims.v_whole_row=true: " + path +
-                                 " implements V = the first d_c columns only (the reference backend takes V4's whole-row V)");
+                                 " implements V = the first d_c columns only (the reference backend takes V4's whole-row "
+                                 "V, and so does the cuda backend's sparse decode)");
   }
-  if (kv.dims.d_c != kDimC) {
+  const int want_c = kv.dims.v_whole_row ? ds_v4::kDimC : kDimC;
+  const char* geometry = kv.dims.v_whole_row ? " with whole-row V (DeepSeek V4)" : "";
+  if (kv.dims.d_c != want_c) {
     return Status::not_supported("kv.dims.d_c=" + std::to_string(kv.dims.d_c) + ": " + path + " implements d_c=" +
-                                 std::to_string(kDimC) + " only");
+                                 std::to_string(want_c) + geometry + " only");
   }
   if (kv.dims.d_r != kDimR) {
     return Status::not_supported("kv.dims.d_r=" + std::to_string(kv.dims.d_r) + ": " + path + " implements d_r=" +
                                  std::to_string(kDimR) + " only");
   }
+  if (kv.dims.v_whole_row && q.dtype != DType::kBF16) {
+    return Status::not_supported(std::string("q.dtype=") + dtype_name(q.dtype) + ": " + path +
+                                 " serves DeepSeek V4's geometry with q in bf16 only (the dtype V4 runs in)");
+  }
+  return {};
+}
+
+/// What every CUDA decode path needs of q, the cache and out, dense or sparse: the geometry, q's dtype against a
+/// 16-bit cache, 16-byte aligned rows.
+Status check_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView& out, const std::string& path,
+                      bool v4) {
+  MLAKIT_TRY(check_geometry(q, kv, path, v4));
   if (kv.format == KvFormat::kBF16 && q.dtype != DType::kBF16) {
     return Status::not_supported(std::string("q.dtype=") + dtype_name(q.dtype) + ": " + path +
                                  " needs q in bf16 for a bf16 cache (the mma operands share one type)");
@@ -66,16 +100,12 @@ Status check_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorVi
   }
   MLAKIT_TRY(check_rows_16(q, "q", path));
   MLAKIT_TRY(check_rows_16(out, "out", path));
-  if (!aligned(kv.pages.data)) {
-    return Status::not_supported("kv.pages.data: must be 16-byte aligned (" + path + " copies 16-byte pieces)");
-  }
-  for (int d = 0; d < 2; ++d) {
-    if (kv.pages.stride[d] % kAlignBytes != 0) {
-      return Status::not_supported("kv.pages.stride[" + std::to_string(d) + "]=" + std::to_string(kv.pages.stride[d]) +
-                                   ": must be a multiple of 16 bytes for " + path);
-    }
-  }
-  return {};
+  return check_pages(kv, "kv", path);
+}
+
+/// Byte distance between consecutive tokens of a page: the view's row stride, or fp8_ds_v4's token block.
+int64_t token_stride_bytes(const KvCacheView& kv) {
+  return kv.format == KvFormat::kFP8DsV4 ? ds_v4::kTokenBytes : kv.pages.stride[1];
 }
 
 /// q, the cache, out, lse and tau into `d`: the fields dense and sparse decode fill alike.
@@ -87,7 +117,7 @@ void fill_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView&
   d.q_stride_h = q.stride[2];
   d.pages = static_cast<const uint8_t*>(kv.pages.data);
   d.page_stride_bytes = kv.pages.stride[0];
-  d.row_stride_bytes = kv.pages.stride[1];
+  d.row_stride_bytes = token_stride_bytes(kv);
   d.out = out.data;
   d.out_stride_b = out.stride[0];
   d.out_stride_s = out.stride[1];
@@ -121,8 +151,9 @@ int32_t* shard_lens(Workspace ws, const WorkspaceLayout& w) {
 /// Where the plan and the kernels read the lengths of dense decode: seq_lens, or for a context shard its local
 /// lengths.
 RequestLengths dense_lengths(const DecodeProblem& p, Workspace ws, const WorkspaceLayout& w) {
-  if (p.shard.sharded()) return RequestLengths{shard_lens(ws, w), 1, 1, INT32_MAX};
-  return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX};
+  if (p.shard.sharded()) return RequestLengths{shard_lens(ws, w), 1, 1, INT32_MAX, nullptr, 0, 0};
+  return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX, nullptr, 0,
+                        0};
 }
 
 /// A context shard's causal limits in the workspace, or null (the kernels' unsharded rule).
@@ -133,8 +164,15 @@ int32_t* causal_limits(const DecodeProblem& p, Workspace ws, const WorkspaceLayo
 
 RequestLengths sparse_lengths(const SparseDecodeProblem& p) {
   const bool given = p.topk_length.defined();
-  return RequestLengths{given ? static_cast<const int32_t*>(p.topk_length.data) : nullptr,
-                        given ? p.topk_length.stride[0] : 0, int32_t(p.s_q()), int32_t(p.topk())};
+  RequestLengths l{given ? static_cast<const int32_t*>(p.topk_length.data) : nullptr,
+                   given ? p.topk_length.stride[0] : 0, int32_t(p.s_q()), int32_t(p.topk()), nullptr, 0, 0};
+  if (p.has_extra()) {
+    const bool extra_given = p.extra_topk_length.defined();
+    l.extra_lens = extra_given ? static_cast<const int32_t*>(p.extra_topk_length.data) : nullptr;
+    l.extra_stride = extra_given ? p.extra_topk_length.stride[0] : 0;
+    l.extra_cap = int32_t(p.extra_topk());
+  }
+  return l;
 }
 
 Status launch_plan_with(RequestLengths lens, int64_t requests, const WorkspaceLayout& w, Workspace ws,
@@ -160,7 +198,7 @@ KvKind kv_kind(KvFormat f) {
     case KvFormat::kFP8DsMla: return KvKind::kDsMla;
     case KvFormat::kBF16:
     case KvFormat::kFP16: return KvKind::k16Bit;
-    case KvFormat::kFP8DsV4: break;  // refused by check_q_kv_out before any kernel is chosen
+    case KvFormat::kFP8DsV4: return KvKind::kDsV4;  // check_geometry admits it only where the path reads it
   }
   std::abort();  // a format no kernel reads reached a launch: never read its pages as another layout
 }
@@ -169,7 +207,7 @@ int64_t query_rows(const DecodeProblem& p) { return p.s_q() * p.h_q(); }
 
 Status check_decode_common(const DecodeProblem& p, const char* path_name) {
   const std::string path = path_name;
-  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path));
+  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, /*v4=*/false));
   const int64_t ps = p.kv.page_size();
   bool page_ok = false;
   for (int64_t v : kPageSizes) page_ok = page_ok || v == ps;
@@ -183,9 +221,9 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name) {
   return {};
 }
 
-Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) {
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, SparseCaps caps) {
   const std::string path = path_name;
-  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path));
+  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, caps.v4));
   const auto on_device = [&](const TensorView& t, const char* name) -> Status {
     if (t.defined() && !t.device.is_cuda()) {
       return Status::not_supported(std::string(name) + ": must be on the CUDA device (" + path + " reads it there)");
@@ -196,8 +234,23 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) 
   MLAKIT_TRY(on_device(p.topk_length, "topk_length"));
   MLAKIT_TRY(on_device(p.attn_sink, "attn_sink"));
   if (p.has_extra()) {
-    return Status::not_supported("extra_indices: " + path +
-                                 " does not implement the extra cache yet (the reference backend does)");
+    if (!caps.extra) {
+      return Status::not_supported("extra_indices: " + path +
+                                   " does not implement the extra cache yet (the reference backend and the cuda "
+                                   "backend's sparse decode do)");
+    }
+    MLAKIT_TRY(on_device(p.extra_indices, "extra_indices"));
+    MLAKIT_TRY(on_device(p.extra_topk_length, "extra_topk_length"));
+    MLAKIT_TRY(check_pages(p.extra_kv, "extra_kv", path));
+    // Validation has checked format and dims against kv. fp8_e4m3's scale is folded into tau and the output once
+    // for all keys, so both caches must have the same one: the same device pointer, or no pointer and equal values.
+    const KvCacheView &kv = p.kv, &e = p.extra_kv;
+    if (kv.format == KvFormat::kFP8E4M3 &&
+        (e.kv_scale != kv.kv_scale || (kv.kv_scale == nullptr && e.kv_scale_value != kv.kv_scale_value))) {
+      return Status::not_supported("extra_kv.kv_scale: " + path +
+                                   " folds one fp8_e4m3 scale into the softmax for both caches; extra_kv must share "
+                                   "kv's (the same device pointer, or equal values)");
+    }
   }
   if (p.max_logits.defined()) {
     return Status::not_supported("max_logits: " + path + " does not write it yet (the reference backend does)");
@@ -210,6 +263,8 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) 
 }
 
 int64_t sparse_requests(const SparseDecodeProblem& p) { return p.batch() * p.s_q(); }
+
+int kernel_dqk(const MlaDims& dims) { return dims.v_whole_row ? kDimQKV4 : kDimQK; }
 
 Status device_facts(DeviceFacts** out) {
   thread_local std::vector<DeviceFacts> facts;  // indexed by device ordinal
@@ -278,6 +333,17 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
   d.num_rows = p.kv.num_pages() * p.kv.page_size();
   d.page_size = int32_t(p.kv.page_size());
   d.attn_sink = p.attn_sink.defined() ? static_cast<const float*>(p.attn_sink.data) : nullptr;
+  if (p.has_extra()) {
+    const KvCacheView& e = p.extra_kv;
+    d.extra_pages = static_cast<const uint8_t*>(e.pages.data);
+    d.extra_page_stride_bytes = e.pages.stride[0];
+    d.extra_row_stride_bytes = token_stride_bytes(e);
+    d.extra_indices = static_cast<const int32_t*>(p.extra_indices.data);
+    d.extra_indices_stride_b = p.extra_indices.stride[0];
+    d.extra_indices_stride_s = p.extra_indices.stride[1];
+    d.extra_num_rows = e.num_pages() * e.page_size();
+    d.extra_page_size = int32_t(e.page_size());
+  }
   place_plan(ws, layout_for(p, partitions), partitions, d);
   return d;
 }

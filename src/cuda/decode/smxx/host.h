@@ -21,8 +21,16 @@ int64_t query_rows(const DecodeProblem& p);
 /// Checks every CUDA decode path makes (geometry, page sizes, q dtype against a 16-bit cache, 16-byte
 /// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
 Status check_decode_common(const DecodeProblem& p, const char* path);
-/// The same for sparse decode: any page size, indices, topk_length and attn_sink on the device.
-Status check_sparse_common(const SparseDecodeProblem& p, const char* path);
+/// What a sparse path serves beyond DeepSeek V3's geometry: V4's geometry (d_c 448, whole-row V, q bf16) with its
+/// fp8_ds_v4 format, and the extra cache. The portable path serves both; the Hopper path neither yet.
+struct SparseCaps {
+  bool v4 = false;
+  bool extra = false;
+};
+/// The same for sparse decode: any page size, indices, topk_length and attn_sink on the device, and `caps`.
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path, SparseCaps caps = {});
+/// d_qk of the kernels that serve `dims`: kDimQK (V3) or kDimQKV4 (checked by check_sparse_common).
+int kernel_dqk(const MlaDims& dims);
 /// Plan requests of sparse decode: every query token (b, i) is one, b x s_q.
 int64_t sparse_requests(const SparseDecodeProblem& p);
 
@@ -32,7 +40,8 @@ int64_t sparse_requests(const SparseDecodeProblem& p);
 struct DeviceFacts {
   bool valid = false;
   DeviceInfo info;
-  int sm80_ctas[2][2][3][3] = {};  // portable kernel CTAs per SM [sparse][bf16][KvKind][row groups 1, 2, 4]; 0 = not yet
+  // Portable kernel CTAs per SM [sparse][bf16][V4 geometry][KvKind][row groups 1, 2, 4]; 0 = not yet.
+  int sm80_ctas[2][2][2][kNumKvKinds][3] = {};
 };
 Status device_facts(DeviceFacts** out);
 

@@ -71,11 +71,16 @@ inline WorkspaceLayout workspace_layout(int64_t batch, int64_t rows, int64_t par
 /// entry, its length seq_lens[r]. Sparse decode: a request is one query token (b, i) of the b x s_q, r = b s_q + i,
 /// and its length is the number of index columns that count, topk_length[b] clamped to [0, topk], or topk
 /// when there is no topk_length.
+/// With an extra cache (DeepSeek V4, docs/spec.md section 2.1) a sparse request's index columns are its main ones,
+/// then its extra ones: length = main length + extra length, each taken the same way from its own table.
 struct RequestLengths {
   const int32_t* lens;  // may be null (sparse decode without topk_length): every request has length cap
   int64_t stride;       // elements between lens entries
   int32_t fold;         // plan requests per lens entry (and per batch entry of q, out, lse): 1 or s_q
   int32_t cap;          // lengths are clamped to [0, cap]
+  const int32_t* extra_lens;  // extra_topk_length, may be null: every request then has extra_cap extra columns
+  int64_t extra_stride;
+  int32_t extra_cap;          // extra_topk; 0 without an extra cache
 };
 
 struct PlanParams {
@@ -92,7 +97,7 @@ struct DecodeParams {
   const void* q;             // T [b, s_q, h_q, d_qk]
   int64_t q_stride_b, q_stride_s, q_stride_h;
   const uint8_t* pages;      // [num_pages, P, row_bytes]
-  int64_t page_stride_bytes, row_stride_bytes;
+  int64_t page_stride_bytes, row_stride_bytes;  // fp8_ds_v4: row_stride_bytes is the token block's 576 bytes
   int32_t page_shift;        // log2(P)
   const int32_t* block_table;  // [b, max_pages]; dense decode only
   int64_t block_table_stride;
@@ -117,6 +122,14 @@ struct DecodeParams {
   int64_t num_rows;          // num_pages * page_size: ids outside [0, num_rows) are "no key"
   int32_t page_size;         // any P >= 1
   const float* attn_sink;    // [h_q] or null
+  // The extra cache (DeepSeek V4, sparse only; extra_indices null without one): index columns
+  // [main length, main length + extra length) of a request name rows of this second pool, in the same format.
+  const uint8_t* extra_pages;
+  int64_t extra_page_stride_bytes, extra_row_stride_bytes;
+  const int32_t* extra_indices;  // [b, s_q, extra_topk]
+  int64_t extra_indices_stride_b, extra_indices_stride_s;
+  int64_t extra_num_rows;
+  int32_t extra_page_size;
   int32_t partitions;        // G
   const PartitionStart* plan_partitions;
   const RequestPlan* plan_requests;

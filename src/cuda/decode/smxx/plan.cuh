@@ -17,15 +17,29 @@ __host__ __device__ inline int32_t request_tiles(int32_t len, int tile_shift) {
   return t > 0 ? t : 1;
 }
 
-/// KV length of plan request r (RequestLengths), in [0, cap]. kSparse = false is dense decode's special case
-/// (fold 1, lengths always given, no cap), spelled out so that the dense kernels carry no division or clamp: the
-/// Hopper producer has 72 registers, and each one it loses spills.
+/// One length table of RequestLengths: entry r / fold clamped to [0, cap], or cap without a table.
+__device__ inline int32_t clamped_len(const int32_t* lens, int64_t stride, int32_t fold, int32_t cap, int32_t r) {
+  if (lens == nullptr) return cap;
+  const int32_t v = lens[int64_t(r / fold) * stride];  // 32-bit division: requests are int32
+  return v < 0 ? 0 : v > cap ? cap : v;
+}
+
+/// Sparse decode: the main set's index columns of plan request r (all its columns without an extra cache).
+__device__ inline int32_t request_main_len(const RequestLengths& l, int32_t r) {
+  return clamped_len(l.lens, l.stride, l.fold, l.cap, r);
+}
+
+/// KV length of plan request r (RequestLengths), in [0, cap] (sparse with an extra cache: main + extra columns).
+/// kSparse = false is dense decode's special case (fold 1, lengths always given, no cap), spelled out so that the
+/// dense kernels carry no division or clamp: the Hopper producer has 72 registers, and each one it loses spills.
 template <bool kSparse>
 __device__ inline int32_t request_len(const RequestLengths& l, int32_t r) {
   if constexpr (kSparse) {
-    if (l.lens == nullptr) return l.cap;
-    const int32_t v = l.lens[int64_t(r / l.fold) * l.stride];  // 32-bit division: requests are int32
-    return v < 0 ? 0 : v > l.cap ? l.cap : v;
+    const int32_t main = request_main_len(l, r);
+    if (l.extra_cap == 0) return main;
+    // Both parts are at most their caps, which validation bounds by int32 tensor extents; summed in 64 bits anyway.
+    const int64_t sum = int64_t(main) + clamped_len(l.extra_lens, l.extra_stride, l.fold, l.extra_cap, r);
+    return sum > INT32_MAX ? INT32_MAX : int32_t(sum);
   } else {
     const int32_t v = l.lens[int64_t(r) * l.stride];
     return v > 0 ? v : 0;
@@ -60,6 +74,38 @@ __device__ inline int64_t sparse_row_offset(const DecodeParams& p, int32_t r, in
   if (id < 0 || id >= p.num_rows) return -1;
   const int32_t page = id / p.page_size;
   return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
+}
+
+/// A cache row as the portable kernel copies it: its bytes, and for fp8_ds_v4 its 8-byte scale block (the layout
+/// of docs/spec.md section 4 puts it after the page's token blocks); row = null for no row.
+struct RowRef {
+  const uint8_t* row;
+  const uint8_t* scales;
+};
+
+/// Sparse decode (docs/spec.md sections 2 and 2.1) with the extra cache: index columns [0, main_len) of plan request r
+/// name rows of the main cache, [main_len, len) rows of the extra cache, each through its own ids, pool and page
+/// geometry. Past len, or an id outside its cache: no row, never dereferenced. kScales: fp8_ds_v4 pages.
+template <bool kScales>
+__device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
+  RowRef ref{nullptr, nullptr};
+  if (t >= len) return ref;
+  const bool extra = t >= main_len;
+  const int32_t* ids = extra ? p.extra_indices : p.indices;
+  const int64_t sb = extra ? p.extra_indices_stride_b : p.indices_stride_b;
+  const int64_t ss = extra ? p.extra_indices_stride_s : p.indices_stride_s;
+  const int32_t id = ids[request_offset<true>(p, r, sb, ss) + (extra ? t - main_len : t)];
+  if (id < 0 || id >= (extra ? p.extra_num_rows : p.num_rows)) return ref;
+  const int32_t page_size = extra ? p.extra_page_size : p.page_size;
+  const int32_t page = id / page_size;
+  const int32_t slot = id - page * page_size;
+  const uint8_t* page_base = (extra ? p.extra_pages : p.pages) + int64_t(page) * (extra ? p.extra_page_stride_bytes
+                                                                                         : p.page_stride_bytes);
+  ref.row = page_base + int64_t(slot) * (extra ? p.extra_row_stride_bytes : p.row_stride_bytes);
+  if constexpr (kScales) {
+    ref.scales = page_base + int64_t(page_size) * ds_v4::kTokenBytes + int64_t(slot) * ds_v4::kScaleBytes;
+  }
+  return ref;
 }
 
 /// Dense decode: byte offset in the pool of token t of request r, found through the block table, or -1 when t is

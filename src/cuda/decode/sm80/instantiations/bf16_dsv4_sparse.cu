@@ -1,0 +1,7 @@
+// Sparse decode kernels for q in bf16 with a dsv4 cache in DeepSeek V4's geometry (d_qk 512, V the whole row).
+#include "cuda/decode/sm80/launch_decode.cuh"
+
+namespace mlakit::cuda::decode {
+template Status launch_decode_kernel<true, KvKind::kDsV4, true, kDimQKV4>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_occupancy<true, KvKind::kDsV4, true, kDimQKV4>(int, int*);
+}  // namespace mlakit::cuda::decode

@@ -1,0 +1,294 @@
+// DeepSeek V4 sparse decode on the CUDA paths (issue 13, docs/spec.md sections 2 and 4) against the CPU reference:
+// V4's geometry (d_c 448 + d_r 64, V the whole 512-column row) in fp8_ds_v4, bf16 and fp8_e4m3, and the extra cache
+// (a second id set over a second cache with its own page size, one softmax over both) in those formats and in
+// fp8_ds_mla with V3's geometry. Head counts 1..128, s_q 1 and 2, odd page sizes and padded page strides, with and
+// without topk_length, extra_topk_length and attn_sink; unwritten rows are NaN-poisoned and only ignored columns
+// point at them; negative ids, ids past either cache (skipped on the device, -1 for the reference) and duplicates.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/compare.h"
+#include "mlakit/numeric.h"
+#include "reference/kv_rows.h"
+#include "reference/ops.h"
+#include "test_cache_util.h"
+
+namespace mlakit::test {
+namespace {
+
+constexpr int64_t kDimV = 512;
+constexpr uint8_t kPoison = 0xFF;  // e4m3 NaN, bf16 NaN, UE8M0 255 (= +inf scale)
+
+/// A paged cache in host memory, every byte poisoned until a row is written; pages padded past their rows.
+struct HostCache {
+  std::vector<uint8_t> bytes;
+  KvCacheView view;
+  std::vector<int32_t> written;  // ids holding a row
+  HostCache(KvFormat f, MlaDims dims, int64_t num_pages, int64_t page_size, float kv_scale) {
+    KvCacheView packed = KvCacheView::contiguous(nullptr, f, num_pages, page_size, dims);
+    // Padded page stride: one more 576-byte block for fp8_ds_v4 (FlashMLA pads to 576 multiples), 64 bytes else.
+    const int64_t stride = packed.pages.stride[0] + (f == KvFormat::kFP8DsV4 ? ds_v4::kTokenBytes : 64);
+    bytes.assign(size_t(num_pages * stride), kPoison);
+    view = KvCacheView::contiguous(bytes.data(), f, num_pages, page_size, dims);
+    view.pages.stride[0] = stride;
+    view.kv_scale_value = kv_scale;
+  }
+  HostCache(const HostCache&) = delete;
+  HostCache& operator=(const HostCache&) = delete;
+  int64_t rows() const { return view.num_pages() * view.page_size(); }
+  void write(int32_t id, const std::vector<float>& row) {
+    reference::encode_kv_token(view, row.data(), id / view.page_size(), id % view.page_size());
+  }
+  float vmax(int32_t id) const {
+    std::vector<float> v(size_t(view.dims.d_qk()));
+    reference::decode_kv_token(view, id / view.page_size(), id % view.page_size(), v.data());
+    float m = 0.0f;
+    for (int64_t c = 0; c < kDimV; ++c) m = std::max(m, std::fabs(v[size_t(c)]));
+    return m;
+  }
+};
+
+struct ExtraConfig {
+  KvFormat format;
+  int64_t h_q, s_q, topk, extra_topk;  // extra_topk 0: no extra cache
+  int64_t page, extra_page;
+  bool lengths, sink;
+  uint64_t seed;
+};
+
+std::string describe(const ExtraConfig& c) {
+  return std::string(kv_format_name(c.format)) + " h_q=" + std::to_string(c.h_q) + " s_q=" + std::to_string(c.s_q) +
+         " topk=" + std::to_string(c.topk) + " extra_topk=" + std::to_string(c.extra_topk) + " P=" +
+         std::to_string(c.page) + "/" + std::to_string(c.extra_page) + " lengths=" + std::to_string(c.lengths) +
+         " sink=" + std::to_string(c.sink) + " seed=" + std::to_string(c.seed);
+}
+
+/// Ids of one set: used columns name a written row (duplicates allowed), a negative id, or (device copy only) an id
+/// at or past the cache's rows; ignored columns name unwritten (poisoned) rows.
+void draw_ids(std::mt19937_64& rng, const HostCache& cache, int64_t b, int64_t s_q, int64_t topk,
+              const std::vector<int32_t>& used, std::vector<int32_t>* dev, std::vector<int32_t>* host) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<size_t> pick(0, cache.written.size() - 1);
+  constexpr int32_t kNegative[] = {-1, -2, INT32_MIN};
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < s_q; ++i)
+      for (int64_t k = 0; k < topk; ++k) {
+        int32_t d, h;
+        const double u = unit(rng);
+        if (k >= used[size_t(bi)]) {
+          d = h = int32_t(cache.rows()) - 1;  // never written (see make_cache): poisoned
+        } else if (u < 0.15) {
+          d = h = kNegative[size_t(k) % 3];
+        } else if (u < 0.2) {
+          d = int32_t(cache.rows()) + int32_t(k % 3);  // past the cache: skipped by the kernel
+          h = -1;                                        // what the reference (which rejects it) must see instead
+        } else {
+          d = h = cache.written[pick(rng)];
+        }
+        dev->push_back(d);
+        host->push_back(h);
+      }
+}
+
+std::unique_ptr<HostCache> make_cache(std::mt19937_64& rng, KvFormat f, MlaDims dims, int64_t rows, int64_t page) {
+  const int64_t pages = (rows + page - 1) / page;
+  auto c = std::make_unique<HostCache>(f, dims, pages, page, 1.0f / 32.0f);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> row(size_t(dims.d_qk()));
+  for (int32_t id = 0; id + 1 < int32_t(c->rows()); ++id) {  // the last row stays poisoned
+    if (u(rng) < 0.0f) continue;                              // about half the rows are written
+    for (float& v : row) v = u(rng);
+    c->write(id, row);
+    c->written.push_back(id);
+  }
+  if (c->written.empty()) {
+    for (float& v : row) v = u(rng);
+    c->write(0, row);
+    c->written.push_back(0);
+  }
+  return c;
+}
+
+void run_case(const Backend& be, const ExtraConfig& cfg) {
+  SCOPED_TRACE(describe(cfg));
+  std::mt19937_64 rng(cfg.seed);
+  const bool v4 = cfg.format != KvFormat::kFP8DsMla;
+  const MlaDims dims = v4 ? MlaDims::deepseek_v4() : MlaDims{};
+  const int64_t b = 3, d_qk = dims.d_qk();
+  const DType q_dtype = DType::kBF16;
+  auto main = make_cache(rng, cfg.format, dims, std::max<int64_t>(cfg.topk, 40), cfg.page);
+  std::unique_ptr<HostCache> extra;
+  if (cfg.extra_topk > 0) extra = make_cache(rng, cfg.format, dims, std::max<int64_t>(cfg.extra_topk, 30), cfg.extra_page);
+
+  std::uniform_int_distribution<int32_t> len_main(0, int32_t(cfg.topk)), len_extra(0, int32_t(cfg.extra_topk));
+  std::vector<int32_t> topk_length(size_t(b), int32_t(cfg.topk)), extra_length(size_t(b), int32_t(cfg.extra_topk));
+  if (cfg.lengths) {
+    for (auto& v : topk_length) v = len_main(rng);
+    for (auto& v : extra_length) v = len_extra(rng);
+    topk_length[0] = 0;  // entry 0: no main key; with extra_length[0] = 0 below too, an empty row when s_q allows
+    if (cfg.extra_topk > 0) extra_length[1] = 0;
+  }
+  std::vector<int32_t> ids_dev, ids_host, extra_dev, extra_host;
+  draw_ids(rng, *main, b, cfg.s_q, cfg.topk, topk_length, &ids_dev, &ids_host);
+  if (extra) draw_ids(rng, *extra, b, cfg.s_q, cfg.extra_topk, extra_length, &extra_dev, &extra_host);
+
+  std::uniform_real_distribution<float> uq(-1.0f, 1.0f);
+  std::vector<uint16_t> q(size_t(b * cfg.s_q * cfg.h_q * d_qk));
+  for (auto& v : q) v = float_to_bf16(uq(rng));
+  std::vector<float> sink;
+  if (cfg.sink) {
+    std::uniform_real_distribution<float> us(-2.0f, 6.0f);
+    for (int64_t h = 0; h < cfg.h_q; ++h) sink.push_back(us(rng));
+    sink[0] = -INFINITY;
+    if (cfg.h_q > 2) sink[size_t(cfg.h_q / 2)] = INFINITY;
+  }
+  const int64_t rows = b * cfg.s_q * cfg.h_q;
+  std::vector<uint16_t> out(size_t(rows * kDimV), 0xffff), ref_out = out;
+  std::vector<float> lse(size_t(rows), NAN), ref_lse = lse;
+
+  // ---- the problem over host memory (reference) and over device copies (backend) ----
+  auto problem = [&](const void* qp, const KvCacheView& kv, const void* ip, const void* lp, const KvCacheView* ekv,
+                     const void* eip, const void* elp, const void* sp, void* op, void* lsep, Device dev) {
+    SparseDecodeProblem p;
+    p.q = TensorView::contiguous(qp, q_dtype, {b, cfg.s_q, cfg.h_q, d_qk}, dev);
+    p.kv = kv;
+    p.indices = TensorView::contiguous(ip, DType::kInt32, {b, cfg.s_q, cfg.topk}, dev);
+    if (cfg.lengths) p.topk_length = TensorView::contiguous(lp, DType::kInt32, {b}, dev);
+    if (ekv != nullptr) {
+      p.extra_kv = *ekv;
+      p.extra_indices = TensorView::contiguous(eip, DType::kInt32, {b, cfg.s_q, cfg.extra_topk}, dev);
+      if (cfg.lengths) p.extra_topk_length = TensorView::contiguous(elp, DType::kInt32, {b}, dev);
+    }
+    if (cfg.sink) p.attn_sink = TensorView::contiguous(sp, DType::kFP32, {cfg.h_q}, dev);
+    p.out = TensorView::contiguous(op, q_dtype, {b, cfg.s_q, cfg.h_q, kDimV}, dev);
+    p.lse = TensorView::contiguous(lsep, DType::kFP32, {b, cfg.s_q, cfg.h_q}, dev);
+    p.softmax_scale = 0.0625f;
+    return p;
+  };
+  const SparseDecodeProblem host = problem(q.data(), main->view, ids_host.data(), topk_length.data(),
+                                           extra ? &extra->view : nullptr, extra_host.data(), extra_length.data(),
+                                           sink.data(), ref_out.data(), ref_lse.data(), Device::cpu());
+  ASSERT_TRUE(host.validate().ok()) << host.validate().to_string();
+  const Status ref = reference::sparse_decode(host);
+  ASSERT_TRUE(ref.ok()) << ref.to_string();
+
+  DeviceBuffer dq, dmain, dids, dlen, dextra, deids, delen, dsink, dout, dlse;
+  DeviceBuffer::upload(&dq, q);
+  DeviceBuffer::upload(&dmain, main->bytes);
+  DeviceBuffer::upload(&dids, ids_dev);
+  DeviceBuffer::upload(&dlen, topk_length);
+  DeviceBuffer::upload(&dsink, sink);
+  DeviceBuffer::upload(&dout, out);
+  DeviceBuffer::upload(&dlse, lse);
+  const Device dev = Device::cuda(0);
+  KvCacheView main_dev = main->view;
+  main_dev.pages.data = dmain.get();
+  main_dev.pages.device = dev;
+  KvCacheView extra_dev_view;
+  if (extra) {
+    DeviceBuffer::upload(&dextra, extra->bytes);
+    DeviceBuffer::upload(&deids, extra_dev);
+    DeviceBuffer::upload(&delen, extra_length);
+    extra_dev_view = extra->view;
+    extra_dev_view.pages.data = dextra.get();
+    extra_dev_view.pages.device = dev;
+  }
+  const SparseDecodeProblem p = problem(dq.get(), main_dev, dids.get(), dlen.get(), extra ? &extra_dev_view : nullptr,
+                                        deids.get(), delen.get(), dsink.get(), dout.get(), dlse.get(), dev);
+  const Status sup = be.supports(p);
+  ASSERT_TRUE(sup.ok()) << sup.to_string();
+  const size_t ws_bytes = be.workspace_bytes(p);
+  DeviceBuffer ws(ws_bytes);
+  CACHE_TEST_CUDA(cudaMemset(ws.get(), kPoison, ws_bytes));
+  const Status st = be.run(p, Workspace{ws.get(), ws_bytes}, nullptr);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  CACHE_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> got = dout.download<uint16_t>(out.size());
+  const std::vector<float> got_lse = dlse.download<float>(lse.size());
+
+  std::vector<float> vmax;
+  for (int64_t r = 0; r < b * cfg.s_q; ++r) {
+    float m = 0.0f;
+    for (int64_t k = 0; k < topk_length[size_t(r / cfg.s_q)]; ++k) {
+      const int32_t id = ids_host[size_t(r * cfg.topk + k)];
+      if (id >= 0) m = std::max(m, main->vmax(id));
+    }
+    for (int64_t k = 0; extra && k < extra_length[size_t(r / cfg.s_q)]; ++k) {
+      const int32_t id = extra_host[size_t(r * cfg.extra_topk + k)];
+      if (id >= 0) m = std::max(m, extra->vmax(id));
+    }
+    vmax.insert(vmax.end(), size_t(cfg.h_q), m);
+  }
+  EXPECT_TRUE(check_out(to_floats(got, q_dtype), to_floats(ref_out, q_dtype), vmax, kDimV, q_dtype));
+  EXPECT_TRUE(check_lse(got_lse, ref_lse));
+}
+
+using Param = std::tuple<KvFormat, int64_t>;  // format x h_q
+class SparseExtra : public ::testing::TestWithParam<Param> {};
+
+TEST_P(SparseExtra, MatchesReference) {
+  const auto [format, h_q] = GetParam();
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda");
+  if (be == nullptr) GTEST_SKIP() << why;
+  const bool v4 = format != KvFormat::kFP8DsMla;
+  // (topk, extra_topk): V3's format is only run with an extra cache (the dense matrix covers it without one).
+  const std::vector<std::pair<int64_t, int64_t>> sets =
+      v4 ? std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {63, 0}, {128, 512}, {512, 65}, {2048, 0}, {7, 1}}
+         : std::vector<std::pair<int64_t, int64_t>>{{64, 33}, {512, 128}, {1, 1}};
+  uint64_t seed = 900 + uint64_t(h_q) * 31 + uint64_t(format);
+  for (int64_t s_q : {1, 2}) {
+    for (const auto& [topk, extra_topk] : sets) {
+      ++seed;
+      // Page sizes: FlashMLA's V4 ones (256 main, 64 extra) and odd ones (61 and 1, 3 and 2).
+      const int64_t page = seed % 3 == 0 ? 256 : seed % 3 == 1 ? 61 : 3;
+      const int64_t extra_page = seed % 2 == 0 ? 64 : seed % 4 == 1 ? 1 : 2;
+      run_case(*be, {format, h_q, s_q, topk, extra_topk, page, extra_page, seed % 2 == 1, seed % 4 < 2, seed});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, SparseExtra,
+                         ::testing::Combine(::testing::Values(KvFormat::kFP8DsV4, KvFormat::kBF16, KvFormat::kFP8E4M3,
+                                                              KvFormat::kFP8DsMla),
+                                            ::testing::Values(int64_t(1), int64_t(3), int64_t(16), int64_t(63),
+                                                              int64_t(64), int64_t(128))),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(kv_format_name(std::get<0>(info.param))) + "_h" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// The Hopper path has no V4 kernels and no extra cache yet: it must refuse both by name, never read them as V3.
+TEST(SparseExtraRefusal, HopperPathNamesWhatItLacks) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda_sm90");
+  if (be == nullptr) GTEST_SKIP() << why;
+  std::mt19937_64 rng(5);
+  auto cache = make_cache(rng, KvFormat::kFP8DsV4, MlaDims::deepseek_v4(), 64, 64);
+  DeviceBuffer dq(size_t(2 * 16 * 512 * 2)), dkv(cache->bytes.size()), dids(64 * 4), dout(size_t(2 * 16 * 512 * 2));
+  SparseDecodeProblem p;
+  const Device dev = Device::cuda(0);
+  p.q = TensorView::contiguous(dq.get(), DType::kBF16, {2, 1, 16, 512}, dev);
+  p.kv = cache->view;
+  p.kv.pages.data = dkv.get();
+  p.kv.pages.device = dev;
+  p.indices = TensorView::contiguous(dids.get(), DType::kInt32, {2, 1, 32}, dev);
+  p.out = TensorView::contiguous(dout.get(), DType::kBF16, {2, 1, 16, 512}, dev);
+  p.softmax_scale = 0.0625f;
+  ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+  const Status s = be->supports(p);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported);
+  EXPECT_NE(s.message().find("kv.format=fp8_ds_v4"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace mlakit::test
