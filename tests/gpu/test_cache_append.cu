@@ -96,8 +96,12 @@ struct AppendCase {
     const int64_t row_bytes = kv_row_bytes(cfg.format, cfg.dims.d_c, cfg.dims.d_r);
     c.num_pages = std::max<int64_t>(2, (T * 5 / 4 + P - 1) / P + 1);
     c.capacity = c.num_pages * P;
-    c.row_stride = cfg.padded_layout ? round_up(row_bytes, 16) + 16 : row_bytes;
-    c.page_stride = P * c.row_stride + (cfg.padded_layout ? 48 : 0);
+    // fp8_ds_v4: the view's stride[1] is its 584 bytes per token; its page layout places the tokens (pages padded to
+    // 576-byte multiples, one block more when padded).
+    const bool v4 = cfg.format == KvFormat::kFP8DsV4;
+    c.row_stride = cfg.padded_layout && !v4 ? round_up(row_bytes, 16) + 16 : row_bytes;
+    c.page_stride = v4 ? ds_v4::packed_page_bytes(P) + (cfg.padded_layout ? ds_v4::kTokenBytes : 0)
+                       : P * c.row_stride + (cfg.padded_layout ? 48 : 0);
     c.cache = pattern_bytes(size_t(c.num_pages * c.page_stride));
 
     // Inputs: kv_c rows keep 16-byte alignment (8 elements of gap), k_pe gets an odd gap (no rule).
@@ -105,14 +109,16 @@ struct AppendCase {
     c.k_pe_stride = d_r + (cfg.padded_layout ? 3 : 0);
     std::vector<float> kv = random_floats(rng, size_t(T * c.kv_c_stride), kValueRange);
     std::vector<float> pe = random_floats(rng, size_t(T * c.k_pe_stride), kValueRange);
-    if (cfg.format == KvFormat::kFP8DsMla) {
+    if (cfg.format == KvFormat::kFP8DsMla || v4) {
       // Per-group magnitudes 2^-12 .. 2^12 and some all-zero groups: every scale path, the 1e-4 floor too.
       std::uniform_int_distribution<int> exp_dist(-12, 12);
+      const int groups = v4 ? ds_v4::kNumGroups : ds_mla::kNumGroups;
+      const int group_size = v4 ? ds_v4::kGroupSize : ds_mla::kGroupSize;
       for (int64_t t = 0; t < T; ++t)
-        for (int g = 0; g < ds_mla::kNumGroups; ++g) {
+        for (int g = 0; g < groups; ++g) {
           const int e = exp_dist(rng);
-          for (int i = 0; i < ds_mla::kGroupSize; ++i) {
-            float& x = kv[size_t(t * c.kv_c_stride + g * ds_mla::kGroupSize + i)];
+          for (int i = 0; i < group_size; ++i) {
+            float& x = kv[size_t(t * c.kv_c_stride + g * group_size + i)];
             x = (e == 12) ? 0.0f : std::ldexp(x, e);
           }
         }
@@ -219,9 +225,18 @@ struct DeviceCase {
 ::testing::AssertionResult untouched_outside_rows(const AppendCase& c, const std::vector<uint8_t>& cache) {
   const int64_t row_bytes = kv_row_bytes(c.cfg.format, c.cfg.dims.d_c, c.cfg.dims.d_r);
   std::vector<bool> written(cache.size(), false);
+  const int64_t P = c.cfg.page_size;
   for (int64_t slot : c.slots) {
     if (slot < 0 || slot >= c.capacity) continue;
-    const int64_t base = (slot / c.cfg.page_size) * c.page_stride + (slot % c.cfg.page_size) * c.row_stride;
+    const int64_t page = (slot / P) * c.page_stride;
+    if (c.cfg.format == KvFormat::kFP8DsV4) {  // the token block and the scale block
+      for (int64_t i = 0; i < ds_v4::kTokenBytes; ++i) written[size_t(page + (slot % P) * ds_v4::kTokenBytes + i)] = true;
+      for (int64_t i = 0; i < ds_v4::kScaleBytes; ++i) {
+        written[size_t(page + P * ds_v4::kTokenBytes + (slot % P) * ds_v4::kScaleBytes + i)] = true;
+      }
+      continue;
+    }
+    const int64_t base = page + (slot % P) * c.row_stride;
     for (int64_t i = 0; i < row_bytes; ++i) written[size_t(base + i)] = true;
   }
   for (size_t i = 0; i < cache.size(); ++i) {
@@ -275,6 +290,7 @@ TEST_P(AppendPlain, BytesEqualReference) {
   cfg.page_size = page_size;
   cfg.tokens = tokens;
   cfg.padded_layout = padded;
+  if (format == KvFormat::kFP8DsV4) cfg.dims = MlaDims::deepseek_v4();
   cfg.scale_on_device = (tokens % 2) == 1;  // both scale paths over the grid
   cfg.seed = kSeed + uint64_t(page_size * 1000 + tokens) + uint64_t(format) * 7 + uint64_t(in_dtype) * 13;
   check_case(cuda, cfg);
@@ -282,7 +298,8 @@ TEST_P(AppendPlain, BytesEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, AppendPlain,
-    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla),
+    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla,
+                                         KvFormat::kFP8DsV4),
                        ::testing::Values(DType::kBF16, DType::kFP16, DType::kFP32),
                        ::testing::Values(int64_t{1}, int64_t{2}, int64_t{16}, int64_t{64}, int64_t{128}),
                        ::testing::Values(int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300}),
@@ -326,6 +343,7 @@ TEST_P(AppendFused, BytesEqualReference) {
   const auto [format, style, qmode, q_dtype, tokens] = GetParam();
   AppendConfig cfg;
   cfg.format = format;
+  if (format == KvFormat::kFP8DsV4) cfg.dims = MlaDims::deepseek_v4();
   cfg.in_dtype = tokens % 2 ? DType::kBF16 : DType::kFP32;
   cfg.page_size = tokens % 2 ? 64 : 32;
   cfg.tokens = tokens;
@@ -342,7 +360,8 @@ TEST_P(AppendFused, BytesEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, AppendFused,
-    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla),
+    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla,
+                                         KvFormat::kFP8DsV4),
                        ::testing::Values(RopeStyle::kInterleaved, RopeStyle::kNeox),
                        ::testing::Values(QMode::kNone, QMode::kRope, QMode::kRopeFp8, QMode::kFp8Only),
                        ::testing::Values(DType::kBF16, DType::kFP16),

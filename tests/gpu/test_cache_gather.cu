@@ -90,9 +90,14 @@ struct GatherCase {
     c.used_rows = c.cu_out.back();
     c.total_rows = c.used_rows + kExtraOutRows;
     c.num_pages = pages_used + 3;
+    // fp8_ds_v4 (DeepSeek V4's geometry): its page layout, not a row stride, places each token (docs/spec.md 4):
+    // the view's stride[1] is its 584 bytes per token, and a padded page gains one more 576-byte block.
+    const bool v4 = cfg.format == KvFormat::kFP8DsV4;
+    if (v4) c.dims = MlaDims::deepseek_v4();
     c.row_bytes = kv_row_bytes(cfg.format, c.dims.d_c, c.dims.d_r);
-    c.row_stride = cfg.padded_layout ? c.row_bytes + 32 : c.row_bytes;
-    c.page_stride = P * c.row_stride + (cfg.padded_layout ? 64 : 0);
+    c.row_stride = cfg.padded_layout && !v4 ? c.row_bytes + 32 : c.row_bytes;
+    c.page_stride = v4 ? ds_v4::packed_page_bytes(P) + (cfg.padded_layout ? ds_v4::kTokenBytes : 0)
+                       : P * c.row_stride + (cfg.padded_layout ? 64 : 0);
     c.cache.assign(size_t(c.num_pages * c.page_stride), 0xff);  // unused rows: NaN everywhere
 
     std::vector<int32_t> pages(size_t(c.num_pages));
@@ -108,7 +113,13 @@ struct GatherCase {
       }
       for (int64_t t = 0; t < L; ++t) {
         const int64_t page = c.block_table[size_t(b * c.table_stride + t / P)];
-        random_row(cfg.format, c.row_bytes, rng, &c.cache[size_t(page * c.page_stride + (t % P) * c.row_stride)]);
+        if (v4) {  // random token block and scale block (any UE8M0 byte, 0 and 255 included)
+          uint8_t* base = &c.cache[size_t(page * c.page_stride)];
+          random_row(cfg.format, ds_v4::kTokenBytes, rng, base + (t % P) * ds_v4::kTokenBytes);
+          random_row(cfg.format, ds_v4::kScaleBytes, rng, base + P * ds_v4::kTokenBytes + (t % P) * ds_v4::kScaleBytes);
+        } else {
+          random_row(cfg.format, c.row_bytes, rng, &c.cache[size_t(page * c.page_stride + (t % P) * c.row_stride)]);
+        }
       }
     }
     c.out_stride = c.dims.d_qk() + (cfg.padded_layout ? 8 : 0);
@@ -184,7 +195,8 @@ void check_gather(const Backend* cuda, const GatherConfig& cfg) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   CACHE_TEST_CUDA(cudaDeviceSynchronize());
   const auto got = dev.out.download<uint16_t>(c.out.size());
-  const bool fp8 = cfg.format == KvFormat::kFP8E4M3 || cfg.format == KvFormat::kFP8DsMla;
+  const bool fp8 = cfg.format == KvFormat::kFP8E4M3 || cfg.format == KvFormat::kFP8DsMla ||
+                   cfg.format == KvFormat::kFP8DsV4;
   EXPECT_TRUE(same_outputs(got, ref_out, fp8));
   // Rows past sum L_b and the row-stride gaps keep their pattern (independent of the reference).
   for (int64_t r = 0; r < c.total_rows; ++r)
@@ -226,13 +238,15 @@ TEST_P(GatherGrid, BitsEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, GatherGrid,
-    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla),
+    ::testing::Combine(::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla,
+                                         KvFormat::kFP8DsV4),
                        ::testing::Values(int64_t{1}, int64_t{2}, int64_t{16}, int64_t{64}, int64_t{128}),
                        ::testing::Values(int64_t{1}, int64_t{6}), ::testing::Bool()));
 
 TEST(GatherSingle, OneRequestOfOneRow) {
   CACHE_TEST_REQUIRE_CUDA(cuda);
-  for (const KvFormat f : {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla}) {
+  for (const KvFormat f :
+       {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP8DsV4}) {
     GatherConfig cfg;
     cfg.format = f;
     cfg.seq_lens = {1};

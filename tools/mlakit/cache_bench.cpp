@@ -122,7 +122,7 @@ Status bench_gather(const CacheBenchSpec& s, const Registry& registry, const Pre
   Buffer cache, out, table_buf, lens_buf, cu_buf, scale_buf;
   MLAKIT_TRY(allocate_buffer(mem, &cache, size_t(num_pages * p * row_bytes), "kv cache"));
   MLAKIT_TRY(allocate_buffer(mem, &out, size_t(total * d_qk) * 2, "out"));
-  MLAKIT_TRY(mem->fill_random_cache(cache.get(), num_pages * p, s.format, kDims.d_c, kDims.d_r, kSeed));
+  MLAKIT_TRY(mem->fill_random_cache(cache.get(), num_pages, p, s.format, kDims.d_c, kDims.d_r, kSeed));
   MLAKIT_TRY(upload_vector(mem, &table_buf, table, "block_table"));
   MLAKIT_TRY(upload_vector(mem, &lens_buf, lens, "seq_lens"));
   MLAKIT_TRY(upload_vector(mem, &cu_buf, cu, "cu_out"));

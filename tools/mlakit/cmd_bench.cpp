@@ -35,6 +35,7 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
                      anchor shapes of docs/performance.md; on a GPU without --backend, every CUDA decode path
                      the device runs, one row each)
                      sparse: default (b=128, s_q=2, h_q=128, topk=2048, fp8_ds_mla) | anchors (issue 9's five shapes)
+                     | v4 (issue 13's five DeepSeek V4 shapes: fp8_ds_v4, extra cache)
                      prefill: default (1 request of 4096 tokens, h=128, causal) | anchors (issue 10's five shapes)
   --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
@@ -223,7 +224,8 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
               "xFlash", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves sparse decode, unless one is named.
   std::vector<Preference> paths = {pref};
-  if (pref.backend.empty() && !on_cpu && args.get("preset", "default") == "anchors") paths = cuda_paths(registry, pref);
+  const std::string preset = args.get("preset", "default");
+  if (pref.backend.empty() && !on_cpu && (preset == "anchors" || preset == "v4")) paths = cuda_paths(registry, pref);
   int failures = 0;
   for (const SparseBenchSpec& spec : specs) {
     for (const Preference& path : paths) {
@@ -252,8 +254,8 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
     }
   }
   std::printf("host us: CPU time per call, calls enqueued back to back (no sync between them)\n");
-  std::printf("TFLOP/s: b*s_q*h_q*topk*2*(576+512) FLOPs; GB/s: indexed rows + q + out; xFlash: FlashMLA's sparse\n"
-              "decode on the H100 (issue 9's table) over ours (> 1 means faster than it)\n");
+  std::printf("TFLOP/s: b*s_q*h_q*(topk+extra)*2*(d_qk+d_v) FLOPs (576+512; V4: 512+512); GB/s: indexed rows + q + "
+              "out;\nxFlash: FlashMLA's sparse decode on the H100 (issues 9 and 13) over ours (> 1 means faster than it)\n");
   if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");
   return failures ? 1 : 0;
 }

@@ -36,11 +36,14 @@ class CpuMemory final : public DeviceMemory {
     for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(uniform_pm1(seed, uint64_t(i)));
     return {};
   }
-  Status fill_random_cache(void* dst, int64_t rows, KvFormat format, int d_c, int d_r, uint64_t seed) override {
-    const int64_t row_bytes = kv_row_bytes(format, d_c, d_r);
+  Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,
+                           uint64_t seed) override {
+    const int64_t page_bytes = bench_page_bytes(format, d_c, d_r, page_size);
     auto* out = static_cast<uint8_t*>(dst);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < row_bytes; ++j) out[r * row_bytes + j] = random_cache_byte(format, d_c, d_r, seed, r, j);
+    for (int64_t g = 0; g < num_pages; ++g) {
+      for (int64_t k = 0; k < page_bytes; ++k) {
+        out[g * page_bytes + k] = random_page_byte(format, d_c, d_r, seed, page_size, g, k);
+      }
     }
     return {};
   }

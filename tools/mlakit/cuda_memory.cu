@@ -26,11 +26,11 @@ __global__ void fill_bf16_kernel(uint16_t* out, int64_t count, uint64_t seed) {
   }
 }
 
-__global__ void fill_cache_kernel(uint8_t* out, int64_t rows, int64_t row_bytes, KvFormat format, int d_c, int d_r,
-                                  uint64_t seed) {
-  const int64_t total = rows * row_bytes;
+__global__ void fill_cache_kernel(uint8_t* out, int64_t num_pages, int64_t page_size, int64_t page_bytes,
+                                  KvFormat format, int d_c, int d_r, uint64_t seed) {
+  const int64_t total = num_pages * page_bytes;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = random_cache_byte(format, d_c, d_r, seed, i / row_bytes, i % row_bytes);
+    out[i] = random_page_byte(format, d_c, d_r, seed, page_size, i / page_bytes, i % page_bytes);
   }
 }
 
@@ -77,11 +77,12 @@ class CudaMemory final : public DeviceMemory {
     fill_bf16_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(static_cast<uint16_t*>(dst), count, seed);
     return check(cudaGetLastError(), "fill_bf16_kernel");
   }
-  Status fill_random_cache(void* dst, int64_t rows, KvFormat format, int d_c, int d_r, uint64_t seed) override {
-    const int64_t row_bytes = kv_row_bytes(format, d_c, d_r);
-    if (rows == 0) return {};
-    fill_cache_kernel<<<blocks_for(rows * row_bytes), kThreads, 0, stream_>>>(static_cast<uint8_t*>(dst), rows,
-                                                                              row_bytes, format, d_c, d_r, seed);
+  Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,
+                           uint64_t seed) override {
+    const int64_t page_bytes = bench_page_bytes(format, d_c, d_r, page_size);
+    if (num_pages == 0) return {};
+    fill_cache_kernel<<<blocks_for(num_pages * page_bytes), kThreads, 0, stream_>>>(
+        static_cast<uint8_t*>(dst), num_pages, page_size, page_bytes, format, d_c, d_r, seed);
     return check(cudaGetLastError(), "fill_cache_kernel");
   }
   Status flush_cache() override {

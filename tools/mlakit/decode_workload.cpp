@@ -33,27 +33,27 @@ void compare_sample(const std::vector<uint16_t>& out, const std::vector<uint16_t
   ++result->requests;
 }
 
-Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, int64_t rows, int64_t page_size,
-                  double* vmax) {
+Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, MlaDims dims, int64_t rows,
+                  int64_t page_size, double* vmax) {
   const int64_t pages = std::max<int64_t>(1, (rows + page_size - 1) / page_size);
   std::vector<int32_t> table(static_cast<size_t>(pages));
   std::iota(table.begin(), table.end(), 0);
   const int32_t len = int32_t(rows);
   const int32_t cu[2] = {0, len};
   std::vector<uint16_t> values;
-  const size_t count = size_t(rows) * size_t(kDims.d_qk());
+  const size_t count = size_t(rows) * size_t(dims.d_qk());
   MLAKIT_TRY(host_allocation("gathered rows (host)", count * 2, [&] { values.resize(count); }));
   GatherKvProblem g;
-  g.cache = KvCacheView::contiguous(const_cast<void*>(cache), format, pages, page_size, kDims);
+  g.cache = KvCacheView::contiguous(const_cast<void*>(cache), format, pages, page_size, dims);
   g.cache.kv_scale_value = kBenchKvScale;
   g.block_table = TensorView::contiguous(table.data(), DType::kInt32, {1, pages});
   g.seq_lens = TensorView::contiguous(&len, DType::kInt32, {1});
   g.cu_out = TensorView::contiguous(cu, DType::kInt32, {2});
-  g.out = TensorView::contiguous(values.data(), DType::kBF16, {rows, kDims.d_qk()});
+  g.out = TensorView::contiguous(values.data(), DType::kBF16, {rows, dims.d_qk()});
   MLAKIT_TRY(reference.run(g, nullptr));
   *vmax = 0;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (int64_t(i) % kDims.d_qk() < kDims.d_v()) *vmax = std::max(*vmax, double(std::fabs(bf16_to_float(values[i]))));
+    if (int64_t(i) % dims.d_qk() < dims.d_v()) *vmax = std::max(*vmax, double(std::fabs(bf16_to_float(values[i]))));
   }
   return {};
 }
@@ -76,7 +76,7 @@ Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_
   MLAKIT_TRY(allocate_buffer(mem, &w->kv_scale_, sizeof(float), "kv_scale"));
 
   MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), l.q_bytes / 2, seed));
-  MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages * p, spec.format, kDims.d_c, kDims.d_r, seed + 1));
+  MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages, p, spec.format, kDims.d_c, kDims.d_r, seed + 1));
   MLAKIT_TRY(mem->fill_bytes(w->out_.get(), kPoisonByte, w->out_.bytes()));
   MLAKIT_TRY(mem->fill_bytes(w->lse_.get(), kPoisonByte, w->lse_.bytes()));
 
@@ -140,7 +140,7 @@ Status DecodeWorkload::check_sample(const Backend& reference, SampleCheck* resul
     MLAKIT_TRY(reference.run(host, Workspace{}, nullptr));
 
     double vmax = 0;
-    MLAKIT_TRY(cache_vmax(reference, pages.data(), spec_.format, int64_t(len), p, &vmax));
+    MLAKIT_TRY(cache_vmax(reference, pages.data(), spec_.format, kDims, int64_t(len), p, &vmax));
     compare_sample(out, ref, lse, ref_lse, vmax, result);
   }
   return {};

@@ -26,10 +26,10 @@ struct SampleCheck {
 void compare_sample(const std::vector<uint16_t>& out, const std::vector<uint16_t>& ref, const std::vector<float>& lse,
                     const std::vector<float>& ref_lse, double vmax, SampleCheck* result);
 
-/// Largest |V| (first d_v columns) over rows [0, rows) of a contiguous host cache of `format`, read back through
-/// the reference's gather_kv.
-Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, int64_t rows, int64_t page_size,
-                  double* vmax);
+/// Largest |V| (first d_v columns) over rows [0, rows) of a packed host cache of `format` and `dims` (fp8_ds_v4 pages
+/// padded as KvCacheView::contiguous pads them), read back through the reference's gather_kv.
+Status cache_vmax(const Backend& reference, const void* cache, KvFormat format, MlaDims dims, int64_t rows,
+                  int64_t page_size, double* vmax);
 
 class DecodeWorkload {
  public:

@@ -32,8 +32,9 @@ class DeviceMemory {
   virtual Status fill_bytes(void* dst, uint8_t value, size_t bytes) = 0;
   /// bf16 values uniform_pm1(seed, i) for i in [0, count).
   virtual Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) = 0;
-  /// `rows` cache rows (contiguous, row_bytes apart) of random_cache_byte().
-  virtual Status fill_random_cache(void* dst, int64_t rows, KvFormat format, int d_c, int d_r, uint64_t seed) = 0;
+  /// `num_pages` packed pages of `page_size` tokens (bench_page_bytes() apart) of random_page_byte().
+  virtual Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,
+                                   uint64_t seed) = 0;
   /// Evicts the last-level cache so the next timed call reads from memory.
   virtual Status flush_cache() = 0;
   /// Runs `body` once and reports its duration (device events for CUDA, a steady clock for the CPU).

@@ -56,9 +56,41 @@ MLAKIT_HOST_DEVICE uint8_t random_cache_byte(KvFormat format, int d_c, int d_r, 
       const uint16_t bits = float_to_bf16(uniform_pm1(seed, base + uint64_t(ds_mla::kDimC + i)));
       return uint8_t((byte_index - ds_mla::kRopeOffset) % 2 == 0 ? bits & 0xff : bits >> 8);
     }
-    case KvFormat::kFP8DsV4: break;  // not benchmarked: no CUDA path reads it yet, and its rows are not contiguous
+    case KvFormat::kFP8DsV4: break;  // not a row format: random_page_byte
   }
   return 0;
+}
+
+/// Byte `k` of page `page` of an fp8_ds_v4 cache (docs/spec.md section 4) whose token t holds logical values
+/// uniform_pm1(seed, (page * P + t) * 512 + i): 448 e4m3 values under the group scale kBenchDsMlaScale, 64 bf16, then
+/// the scale blocks (UE8M0 exponent bytes of kBenchDsMlaScale, one unused zero byte), then zero padding.
+MLAKIT_HOST_DEVICE uint8_t random_ds_v4_byte(uint64_t seed, int64_t page_size, int64_t page, int64_t k) {
+  const int64_t blocks = page_size * ds_v4::kTokenBytes;
+  if (k < blocks) {
+    const int64_t j = k % ds_v4::kTokenBytes;
+    const uint64_t base = uint64_t(page * page_size + k / ds_v4::kTokenBytes) * uint64_t(ds_v4::kDimC + ds_v4::kDimR);
+    if (j < ds_v4::kRopeOffset) return float_to_e4m3(uniform_pm1(seed, base + uint64_t(j)) / kBenchDsMlaScale);
+    const uint16_t bits = float_to_bf16(uniform_pm1(seed, base + uint64_t(ds_v4::kDimC + (j - ds_v4::kRopeOffset) / 2)));
+    return uint8_t((j - ds_v4::kRopeOffset) % 2 == 0 ? bits & 0xff : bits >> 8);
+  }
+  if (k < blocks + page_size * ds_v4::kScaleBytes) {
+    const bool unused = (k - blocks) % ds_v4::kScaleBytes == ds_v4::kNumGroups;
+    return unused ? 0 : uint8_t(float_bits(kBenchDsMlaScale) >> 23);  // the exponent byte of a power of two
+  }
+  return 0;
+}
+
+/// Bytes of one page of a packed benchmark cache (fp8_ds_v4 pages padded as FlashMLA pads them).
+MLAKIT_HOST_DEVICE int64_t bench_page_bytes(KvFormat format, int d_c, int d_r, int64_t page_size) {
+  return format == KvFormat::kFP8DsV4 ? ds_v4::packed_page_bytes(page_size) : page_size * kv_row_bytes(format, d_c, d_r);
+}
+
+/// Byte `k` of page `page` of a packed benchmark cache: random_cache_byte's rows, or fp8_ds_v4's page layout.
+MLAKIT_HOST_DEVICE uint8_t random_page_byte(KvFormat format, int d_c, int d_r, uint64_t seed, int64_t page_size,
+                                            int64_t page, int64_t k) {
+  if (format == KvFormat::kFP8DsV4) return random_ds_v4_byte(seed, page_size, page, k);
+  const int64_t row_bytes = kv_row_bytes(format, d_c, d_r);
+  return random_cache_byte(format, d_c, d_r, seed, page * page_size + k / row_bytes, k % row_bytes);
 }
 
 }  // namespace mlakit::cli
