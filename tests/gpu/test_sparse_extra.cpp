@@ -4,6 +4,8 @@
 // fp8_ds_mla with V3's geometry. Head counts 1..128, s_q 1 and 2, odd page sizes and padded page strides, with and
 // without topk_length, extra_topk_length and attn_sink; unwritten rows are NaN-poisoned and only ignored columns
 // point at them; negative ids, ids past either cache (skipped on the device, -1 for the reference) and duplicates.
+// Every case also asks for max_logits (issue 9 item 5), compared with the reference's within the LSE tolerance, on
+// split rows (through the combine) and, in SparseMaxLogits, on a batch large enough that rows are not split.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -62,6 +64,7 @@ struct ExtraConfig {
   int64_t page, extra_page;
   bool lengths, sink;
   uint64_t seed;
+  int64_t batch = 3;
 };
 
 std::string describe(const ExtraConfig& c) {
@@ -122,7 +125,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   std::mt19937_64 rng(cfg.seed);
   const bool v4 = cfg.format != KvFormat::kFP8DsMla;
   const MlaDims dims = v4 ? MlaDims::deepseek_v4() : MlaDims{};
-  const int64_t b = 3, d_qk = dims.d_qk();
+  const int64_t b = cfg.batch, d_qk = dims.d_qk();
   const DType q_dtype = DType::kBF16;
   auto main = make_cache(rng, cfg.format, dims, std::max<int64_t>(cfg.topk, 40), cfg.page);
   std::unique_ptr<HostCache> extra;
@@ -133,8 +136,8 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   if (cfg.lengths) {
     for (auto& v : topk_length) v = len_main(rng);
     for (auto& v : extra_length) v = len_extra(rng);
-    topk_length[0] = 0;  // entry 0: no main key; with extra_length[0] = 0 below too, an empty row when s_q allows
-    if (cfg.extra_topk > 0) extra_length[1] = 0;
+    topk_length[0] = 0;  // entry 0: no main key (and no key at all without an extra cache)
+    if (cfg.extra_topk > 0 && b > 1) extra_length[1] = 0;
   }
   std::vector<int32_t> ids_dev, ids_host, extra_dev, extra_host;
   draw_ids(rng, *main, b, cfg.s_q, cfg.topk, topk_length, &ids_dev, &ids_host);
@@ -152,11 +155,11 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   }
   const int64_t rows = b * cfg.s_q * cfg.h_q;
   std::vector<uint16_t> out(size_t(rows * kDimV), 0xffff), ref_out = out;
-  std::vector<float> lse(size_t(rows), NAN), ref_lse = lse;
+  std::vector<float> lse(size_t(rows), NAN), ref_lse = lse, max_logits = lse, ref_max = lse;
 
   // ---- the problem over host memory (reference) and over device copies (backend) ----
   auto problem = [&](const void* qp, const KvCacheView& kv, const void* ip, const void* lp, const KvCacheView* ekv,
-                     const void* eip, const void* elp, const void* sp, void* op, void* lsep, Device dev) {
+                     const void* eip, const void* elp, const void* sp, void* op, void* lsep, void* mlp, Device dev) {
     SparseDecodeProblem p;
     p.q = TensorView::contiguous(qp, q_dtype, {b, cfg.s_q, cfg.h_q, d_qk}, dev);
     p.kv = kv;
@@ -170,17 +173,18 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
     if (cfg.sink) p.attn_sink = TensorView::contiguous(sp, DType::kFP32, {cfg.h_q}, dev);
     p.out = TensorView::contiguous(op, q_dtype, {b, cfg.s_q, cfg.h_q, kDimV}, dev);
     p.lse = TensorView::contiguous(lsep, DType::kFP32, {b, cfg.s_q, cfg.h_q}, dev);
+    p.max_logits = TensorView::contiguous(mlp, DType::kFP32, {b, cfg.s_q, cfg.h_q}, dev);
     p.softmax_scale = 0.0625f;
     return p;
   };
   const SparseDecodeProblem host = problem(q.data(), main->view, ids_host.data(), topk_length.data(),
                                            extra ? &extra->view : nullptr, extra_host.data(), extra_length.data(),
-                                           sink.data(), ref_out.data(), ref_lse.data(), Device::cpu());
+                                           sink.data(), ref_out.data(), ref_lse.data(), ref_max.data(), Device::cpu());
   ASSERT_TRUE(host.validate().ok()) << host.validate().to_string();
   const Status ref = reference::sparse_decode(host);
   ASSERT_TRUE(ref.ok()) << ref.to_string();
 
-  DeviceBuffer dq, dmain, dids, dlen, dextra, deids, delen, dsink, dout, dlse;
+  DeviceBuffer dq, dmain, dids, dlen, dextra, deids, delen, dsink, dout, dlse, dmax;
   DeviceBuffer::upload(&dq, q);
   DeviceBuffer::upload(&dmain, main->bytes);
   DeviceBuffer::upload(&dids, ids_dev);
@@ -188,6 +192,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   DeviceBuffer::upload(&dsink, sink);
   DeviceBuffer::upload(&dout, out);
   DeviceBuffer::upload(&dlse, lse);
+  DeviceBuffer::upload(&dmax, max_logits);
   const Device dev = Device::cuda(0);
   KvCacheView main_dev = main->view;
   main_dev.pages.data = dmain.get();
@@ -202,7 +207,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
     extra_dev_view.pages.device = dev;
   }
   const SparseDecodeProblem p = problem(dq.get(), main_dev, dids.get(), dlen.get(), extra ? &extra_dev_view : nullptr,
-                                        deids.get(), delen.get(), dsink.get(), dout.get(), dlse.get(), dev);
+                                        deids.get(), delen.get(), dsink.get(), dout.get(), dlse.get(), dmax.get(), dev);
   const Status sup = be.supports(p);
   ASSERT_TRUE(sup.ok()) << sup.to_string();
   const size_t ws_bytes = be.workspace_bytes(p);
@@ -213,6 +218,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   CACHE_TEST_CUDA(cudaDeviceSynchronize());
   const std::vector<uint16_t> got = dout.download<uint16_t>(out.size());
   const std::vector<float> got_lse = dlse.download<float>(lse.size());
+  const std::vector<float> got_max = dmax.download<float>(max_logits.size());
 
   std::vector<float> vmax;
   for (int64_t r = 0; r < b * cfg.s_q; ++r) {
@@ -229,6 +235,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   }
   EXPECT_TRUE(check_out(to_floats(got, q_dtype), to_floats(ref_out, q_dtype), vmax, kDimV, q_dtype));
   EXPECT_TRUE(check_lse(got_lse, ref_lse));
+  EXPECT_TRUE(check_lse(got_max, ref_max, "max_logits"));  // -inf exactly for rows without a valid key
 }
 
 using Param = std::tuple<KvFormat, int64_t>;  // format x h_q
@@ -266,6 +273,20 @@ INSTANTIATE_TEST_SUITE_P(Cuda, SparseExtra,
                            return std::string(kv_format_name(std::get<0>(info.param))) + "_h" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// max_logits on rows the plan does not split (1000 short requests): written by the decode kernel itself, not the
+// combine. Both formats families: V3's fp8_ds_mla and V4's fp8_ds_v4 with an extra cache.
+TEST(SparseMaxLogits, UnsplitRowsMatchTheReference) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda");
+  if (be == nullptr) GTEST_SKIP() << why;
+  ExtraConfig v3{KvFormat::kFP8DsMla, 16, 1, 32, 0, 64, 64, true, true, 77};
+  v3.batch = 1000;
+  run_case(*be, v3);
+  ExtraConfig v4{KvFormat::kFP8DsV4, 64, 2, 16, 16, 256, 64, true, false, 78};
+  v4.batch = 500;
+  run_case(*be, v4);
+}
 
 // The Hopper path has no V4 kernels and no extra cache yet: it must refuse both by name, never read them as V3.
 TEST(SparseExtraRefusal, HopperPathNamesWhatItLacks) {

@@ -59,3 +59,43 @@ def test_sparse_prefill_rejects_more_than_one_kv_head():
     q = np.zeros((2, 4, 576), BF16)
     with pytest.raises(ValueError, match="one latent KV head"):
         flash_mla_sparse_fwd(q, np.zeros((8, 2, 576), BF16), np.zeros((2, 2, 4), np.int32), 0.04)
+
+
+# ---- the same call on CUDA tensors: max_logits from the portable CUDA kernel (issue 9 item 5) ----
+try:
+    import torch
+
+    HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # the CPU test environment has no torch
+    torch = None
+    HAS_CUDA = False
+
+
+def to_cuda(a: np.ndarray):
+    if a.dtype == BF16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (or no torch)")
+@pytest.mark.parametrize("d_qk", [576, 512], ids=["v32", "v4"])
+def test_sparse_prefill_on_cuda_tensors(d_qk, rng):
+    s_q, h_q, s_kv, topk, d_v = 300, 64, 1000, 128, 512
+    q = rng.uniform(-1, 1, (s_q, h_q, d_qk)).astype(BF16)
+    kv = rng.uniform(-1, 1, (s_kv, 1, d_qk)).astype(BF16)
+    indices = rng.integers(0, s_kv, (s_q, 1, topk)).astype(np.int32)
+    indices[rng.random(indices.shape) < 0.2] = -1
+    indices[3] = -1  # a query with no valid key
+    indices[5, 0, :7] = s_kv + 9  # ids past the cache count as invalid
+    topk_length = rng.integers(0, topk + 1, s_q).astype(np.int32)
+    sink = rng.uniform(-2, 2, h_q).astype(np.float32)
+    sink[0], sink[1] = np.inf, -np.inf
+    scale = d_qk**-0.5
+    out, max_logits, lse = flash_mla_sparse_fwd(to_cuda(q), to_cuda(kv), to_cuda(indices), scale, d_v,
+                                                attn_sink=to_cuda(sink), topk_length=to_cuda(topk_length))
+    torch.cuda.synchronize()
+    assert out.is_cuda and max_logits.is_cuda and lse.is_cuda
+    ref_out, ref_max, ref_lse = reference(q, kv, indices, scale, d_v, sink, topk_length)
+    assert_close(out.float().cpu().numpy(), ref_out, bf16_tolerance(ref_out, 1.0), "out")
+    assert_lse_close(lse.cpu().numpy(), ref_lse, "lse")
+    assert_lse_close(max_logits.cpu().numpy(), ref_max, "max_logits")

@@ -256,3 +256,35 @@ def test_docs_torch_example_runs_as_written(capsys):
     exec(compile(blocks[1], "docs/python.md (torch)", "exec"), {"__name__": "docs_example"})
     printed = capsys.readouterr().out
     assert "decode runs on cuda" in printed, printed
+
+
+@needs_cuda
+def test_torch_compile_fullgraph_appends_and_decodes_on_cuda():
+    """Issue 11 item 5: a step that writes each request's newest token into the cache (fused RoPE) and then decodes,
+    compiled whole by torch.compile (default inductor backend, fullgraph=True), equals the eager step bit for bit:
+    the same custom ops run on the same inputs, in the same order (the cache write before the decode that reads it)."""
+    q, cache, block_table, seq_lens = decode_inputs("cuda", lengths=(70, 1, 130))
+    b = q.shape[0]
+    g = torch.Generator().manual_seed(7)
+    kv_c = torch.rand((b, D_C), generator=g).mul(2).sub(1).bfloat16().cuda()
+    k_pe = torch.rand((b, D_R), generator=g).mul(2).sub(1).bfloat16().cuda()
+    positions = (seq_lens - 1).long()
+    pages = block_table.gather(1, (positions // P).view(-1, 1).int()).view(-1).long()
+    slots = pages * P + positions % P  # the newest token of each request: the decode must see it
+    cos_sin = torch.from_numpy(mlakit.yarn_cos_sin_table(256)).cuda()
+
+    def step(kv_c, k_pe, slots, positions, cache, q, block_table, seq_lens):
+        mt.append_kv(kv_c, k_pe, slots, cache, positions=positions, cos_sin=cos_sin)
+        out, lse = mt.decode(q, cache, block_table, seq_lens, TAU)
+        return out.float() * 2, lse
+
+    eager_cache = cache.clone()
+    eager_out, eager_lse = step(kv_c, k_pe, slots, positions, eager_cache, q, block_table, seq_lens)
+    compiled = torch.compile(step, fullgraph=True)
+    c_out, c_lse = compiled(kv_c, k_pe, slots, positions, cache, q, block_table, seq_lens)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(cache, eager_cache, rtol=0, atol=0)
+    torch.testing.assert_close(c_out, eager_out, rtol=0, atol=0)
+    torch.testing.assert_close(c_lse, eager_lse, rtol=0, atol=0)
+    assert not torch.equal(cache, decode_inputs("cuda", lengths=(70, 1, 130))[1])  # the step did write the cache
+    check_decode(c_out.div(2).bfloat16(), c_lse, (q, cache, block_table, seq_lens))  # and decoded what it wrote

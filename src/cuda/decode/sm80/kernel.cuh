@@ -447,6 +447,16 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       float inv = empty ? 0.0f : kv_scale / l_tot[k];
       if constexpr (kSparse) {
         if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
+        if (p.max_logits != nullptr && wi == 0 && tig == 0) {
+          // m_run is the row's largest visible logit times log2(e) (tau and kv_scale folded in): -inf for none.
+          const float max_logit = m_run[k] == -INFINITY ? -INFINITY : m_run[k] * kLn2;
+          if (direct) {
+            p.max_logits[request_offset<kSparse>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +
+                         int64_t(i) * p.max_logits_stride_s + int64_t(h) * p.max_logits_stride_h] = max_logit;
+          } else {
+            p.part_max[slot * p.rows + m] = max_logit;  // the combine takes the largest over the splits
+          }
+        }
       }
       if (direct) {
         uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, r, p.out_stride_b, p.out_stride_s) +

@@ -15,8 +15,8 @@ namespace {
 
 constexpr const char* kPath = "cuda sparse_decode";
 
-/// The portable sparse kernels serve DeepSeek V4 too: its geometry, fp8_ds_v4 and the extra cache.
-constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true};
+/// The portable sparse kernels serve DeepSeek V4 too (its geometry, fp8_ds_v4 and the extra cache) and max_logits.
+constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true, /*max_logits=*/true};
 
 decode::Sm80Variant variant_of(const SparseDecodeProblem& p) {
   return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, p.kv.dims.v_whole_row};
@@ -32,8 +32,8 @@ std::vector<Feature> sparse_decode_features() {
   return {{OpKind::kSparseDecode,
            "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; "
            "DeepSeek V4 (d_c=448, d_r=64, whole-row V, q bf16): kv=bf16, fp8_e4m3, fp8_ds_v4, extra cache; any P; "
-           "h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink; ids past the cache skipped; "
-           "b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
+           "h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink, max_logits; ids past the cache "
+           "skipped; b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
 }
 
 Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath, kCaps); }

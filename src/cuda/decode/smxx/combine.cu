@@ -65,6 +65,17 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   partial[warp][lane] = acc;
   __syncthreads();
   if (warp != 0) return;
+  const int i = m / p.h_q;
+  const int h = m % p.h_q;
+  if (p.max_logits != nullptr && chunk == 0) {  // sparse decode's max_logits: the largest over the splits
+    float ml = -INFINITY;
+    for (int s = lane; s < n; s += kWarpSize) ml = fmaxf(ml, p.part_max[(base + s) * p.rows + m]);
+    for (int d = 1; d < kWarpSize; d *= 2) ml = fmaxf(ml, __shfl_xor_sync(0xffffffffu, ml, d));
+    if (lane == 0) {
+      p.max_logits[request_offset<true>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +
+                   int64_t(i) * p.max_logits_stride_s + int64_t(h) * p.max_logits_stride_h] = ml;
+    }
+  }
   for (int w = 1; w < kCombineWarps; ++w) {
     const float4 v = partial[w][lane];
     acc.x += v.x;
@@ -72,8 +83,6 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
     acc.z += v.z;
     acc.w += v.w;
   }
-  const int i = m / p.h_q;
-  const int h = m % p.h_q;
   if (!empty) {
     const float f = sink_factor(p, h, lse);
     acc.x *= f;

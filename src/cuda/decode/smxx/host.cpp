@@ -141,6 +141,7 @@ void place_plan(Workspace ws, const WorkspaceLayout& w, int64_t partitions, Deco
   d.plan_requests = reinterpret_cast<const RequestPlan*>(base + w.requests_off);
   d.part_lse = reinterpret_cast<float*>(base + w.part_lse_off);
   d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
+  d.part_max = reinterpret_cast<float*>(base + w.part_max_off);
 }
 
 /// A context shard's local lengths in the workspace (docs/spec.md section 11), written by the plan.
@@ -253,7 +254,12 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, 
     }
   }
   if (p.max_logits.defined()) {
-    return Status::not_supported("max_logits: " + path + " does not write it yet (the reference backend does)");
+    if (!caps.max_logits) {
+      return Status::not_supported("max_logits: " + path +
+                                   " does not write it yet (the reference backend and the cuda backend's sparse "
+                                   "decode do)");
+    }
+    MLAKIT_TRY(on_device(p.max_logits, "max_logits"));
   }
   if (sparse_requests(p) > INT32_MAX) {
     return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
@@ -343,6 +349,12 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
     d.extra_indices_stride_s = p.extra_indices.stride[1];
     d.extra_num_rows = e.num_pages() * e.page_size();
     d.extra_page_size = int32_t(e.page_size());
+  }
+  if (p.max_logits.defined()) {
+    d.max_logits = static_cast<float*>(p.max_logits.data);
+    d.max_logits_stride_b = p.max_logits.stride[0];
+    d.max_logits_stride_s = p.max_logits.stride[1];
+    d.max_logits_stride_h = p.max_logits.stride[2];
   }
   place_plan(ws, layout_for(p, partitions), partitions, d);
   return d;

@@ -22,10 +22,11 @@ int64_t query_rows(const DecodeProblem& p);
 /// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
 Status check_decode_common(const DecodeProblem& p, const char* path);
 /// What a sparse path serves beyond DeepSeek V3's geometry: V4's geometry (d_c 448, whole-row V, q bf16) with its
-/// fp8_ds_v4 format, and the extra cache. The portable path serves both; the Hopper path neither yet.
+/// fp8_ds_v4 format, the extra cache and max_logits. The portable path serves all three; the Hopper path none yet.
 struct SparseCaps {
   bool v4 = false;
   bool extra = false;
+  bool max_logits = false;  // the optional max_logits output
 };
 /// The same for sparse decode: any page size, indices, topk_length and attn_sink on the device, and `caps`.
 Status check_sparse_common(const SparseDecodeProblem& p, const char* path, SparseCaps caps = {});

@@ -31,6 +31,7 @@ struct WorkspaceLayout {
   size_t requests_off;    // RequestPlan [b]
   size_t cost_off;        // int64 [b + 1]: prefix sums of the per-request cost (plan scratch)
   size_t part_lse_off;    // float [max_slots, rows]: partial LSE (natural log)
+  size_t part_max_off;    // float [max_slots, rows]: partial max logit (sparse decode's max_logits)
   size_t part_out_off;    // float [max_slots, rows, d_v]: partial outputs, normalised within their part
   size_t shard_lens_off;  // int32 [b]: a context shard's local lengths (docs/spec.md section 11)
   size_t causal_off;      // int32 [b, kMaxCausalRows]: a context shard's causal limits per query token
@@ -56,6 +57,8 @@ inline WorkspaceLayout workspace_layout(int64_t batch, int64_t rows, int64_t par
   w.cost_off = off;
   off = align_up(off + size_t(batch + 1) * sizeof(int64_t), kAlign);
   w.part_lse_off = off;
+  off = align_up(off + size_t(w.max_slots * rows) * sizeof(float), kAlign);
+  w.part_max_off = off;
   off = align_up(off + size_t(w.max_slots * rows) * sizeof(float), kAlign);
   w.part_out_off = off;
   off = align_up(off + size_t(w.max_slots * rows) * kDimV * sizeof(float), kAlign);
@@ -130,11 +133,16 @@ struct DecodeParams {
   int64_t extra_indices_stride_b, extra_indices_stride_s;
   int64_t extra_num_rows;
   int32_t extra_page_size;
+  // Sparse decode's optional max_logits (float [b, s_q, h_q], the largest tau <q, K_j> over a row's valid keys):
+  // written by the portable kernel, or through part_max and the combine for split rows. Null: not asked for.
+  float* max_logits;
+  int64_t max_logits_stride_b, max_logits_stride_s, max_logits_stride_h;
   int32_t partitions;        // G
   const PartitionStart* plan_partitions;
   const RequestPlan* plan_requests;
   float* part_lse;           // [max_slots, rows]
   float* part_out;           // [max_slots, rows, d_v]
+  float* part_max;           // [max_slots, rows]
 };
 
 }  // namespace mlakit::cuda::decode
