@@ -8,7 +8,8 @@
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
 #   GPU_CHECK_SPARSE_BENCH_ARGS (default "--preset anchors"),
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
-#   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1; GPU_CHECK_CP_BENCH=1 adds `mlakit bench --mode cp`. Each stage reuses the build of the last call.
+#   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1, GPU_CHECK_FUZZ_CASES (default 2000);
+#   GPU_CHECK_CP_BENCH=1 adds `mlakit bench --mode cp`. Each stage reuses the build of the last call.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) in the repository root: copy
 # /usr/src/googletest there and carry it. The golden vectors come from the repository (tests/data), unpacked
 # into the build folder when CMake configures.
@@ -50,6 +51,10 @@ start=$(date +%s)
 ctest_rc=$?
 grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT_DIR/ctest.log" | head -60
 note "ctest -L gpu rc=$ctest_rc: $(grep -E 'tests passed' "$OUT_DIR/ctest.log") in $(elapsed $start)"
+# The differential fuzzer again, with many more cases than ctest's (issue 11): a failure prints its seed and problem.
+start=$(date +%s)
+MLAKIT_FUZZ_CASES=${GPU_CHECK_FUZZ_CASES:-2000} "$BUILD/tests/gpu_test_fuzz" > "$OUT_DIR/fuzz.log" 2>&1
+note "fuzz rc=$? ($(grep -c '^fuzz:' "$OUT_DIR/fuzz.log") path/op lines: $(grep '^fuzz:' "$OUT_DIR/fuzz.log" | awk '{s+=$4} END {print s}') cases checked) in $(elapsed $start)"
 
 fi
 
@@ -79,16 +84,17 @@ declare -A SAN_FILTER=(
   [gpu_test_sparse_extra]="Cuda/SparseExtra.MatchesReference/fp8_ds_v4_h3:Cuda/SparseExtra.MatchesReference/fp8_e4m3_h64:Cuda/SparseExtra.MatchesReference/bf16_h128:Cuda/SparseExtra.MatchesReference/fp8_ds_mla_h16:SparseExtraRefusal.*"
   [gpu_test_sparse_decode]="$S/cuda_bf16_h16:$S/cuda_fp8_ds_mla_h128:$S/cuda_fp8_e4m3_h3:$S/cuda_fp16_h63:$S/cuda_sm90_bf16_h16:$S/cuda_sm90_bf16_h128:$S/cuda_sm90_fp16_h63:$S/cuda_sm90_fp8_ds_mla_h128:$S/cuda_sm90_fp8_e4m3_h32:Cuda/SparseEdges.AllInvalidRowsAndEmptyLengths/*:Cuda/SparseEdges.IdsPastTheCacheAreNoKey/*:Cuda/SparseEdges.SplitRequestWithSink/*:Cuda/SparseEdges.PaddedPageStride/*:Cuda/SparseGraph.*"
 )
-# racecheck and synccheck on the decode and sparse subsets only: their kernels exchange data between warps and warpgroups.
+# racecheck and synccheck on the decode and sparse subsets only: their kernels exchange data between warps and warpgroups;
+# initcheck there too (no kernel may read device memory nobody wrote). The fuzzer runs 20 cases under each tool.
 if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   for bin in "$BUILD"/tests/gpu_test_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     tools="memcheck"
-    case $name in gpu_test_decode | gpu_test_sparse_decode | gpu_test_sparse_extra) tools="memcheck racecheck synccheck" ;; esac
+    case $name in gpu_test_decode | gpu_test_sparse_decode | gpu_test_sparse_extra) tools="memcheck racecheck synccheck initcheck" ;; esac
     for tool in $tools; do
       start=$(date +%s)
-      compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
+      MLAKIT_FUZZ_CASES=20 compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \
         > "$OUT_DIR/sanitizer_${name}_$tool.log" 2>&1
       rc=$?
       note "compute-sanitizer $tool $name rc=$rc ($(grep -cE '^\[       OK' "$OUT_DIR/sanitizer_${name}_$tool.log") tests ok, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/sanitizer_${name}_$tool.log" | tail -1)) in $(elapsed $start)"

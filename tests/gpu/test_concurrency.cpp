@@ -1,0 +1,159 @@
+// Concurrency (issue 11 item 4): 8 host threads, each with its own CUDA stream, workspace and outputs, run the same
+// dense decode (plan + run) and sparse decode through the automatically selected CUDA paths, 20 times each, all at
+// once. Every thread's every result must equal a single-threaded run bit for bit: no hidden global state, no scratch
+// shared between calls, nothing tied to the default stream.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "common/decode_case.h"
+#include "test_cache_util.h"
+
+namespace mlakit::test {
+namespace {
+
+constexpr int kThreads = 8;
+constexpr int kIterations = 20;
+
+/// One call's outputs: out and lse bytes.
+struct Result {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  bool operator==(const Result& o) const {
+    return out.size() == o.out.size() && lse.size() == o.lse.size() &&
+           std::memcmp(out.data(), o.out.data(), out.size() * 2) == 0 &&
+           std::memcmp(lse.data(), o.lse.data(), lse.size() * 4) == 0;  // NaN-free: compared as bytes
+  }
+};
+
+/// One caller's own outputs and workspace for `problem` (allocated once, before the calls).
+template <class Problem>
+struct CallBuffers {
+  DeviceBuffer out, lse, ws;
+  CallBuffers(const Backend& be, const Problem& p, size_t out_elems, size_t lse_elems)
+      : out(out_elems * 2), lse(lse_elems * 4), ws(be.workspace_bytes(p)) {}
+};
+
+/// Runs `problem` with its out/lse and workspace replaced by `b`'s on `stream`, then copies the outputs back.
+template <class Problem>
+Status run_on(const Backend& be, Problem p, cudaStream_t stream, CallBuffers<Problem>& b, Result* r) {
+  if (b.out.get() == nullptr || b.lse.get() == nullptr || b.ws.get() == nullptr) return Status::internal("cudaMalloc failed");
+  cudaMemsetAsync(b.ws.get(), 0xFF, b.ws.bytes(), stream);  // the caller need not zero the workspace
+  cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), stream);  // nor clear the outputs
+  p.out.data = b.out.get();
+  p.lse.data = b.lse.get();
+  const Workspace w{b.ws.get(), b.ws.bytes()};
+  if constexpr (std::is_same_v<Problem, DecodeProblem>) MLAKIT_TRY(be.plan(p, w, stream));
+  MLAKIT_TRY(be.run(p, w, stream));
+  r->out.resize(b.out.bytes() / 2);
+  r->lse.resize(b.lse.bytes() / 4);
+  cudaMemcpyAsync(r->out.data(), b.out.get(), b.out.bytes(), cudaMemcpyDeviceToHost, stream);
+  cudaMemcpyAsync(r->lse.data(), b.lse.get(), b.lse.bytes(), cudaMemcpyDeviceToHost, stream);
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return Status::internal("cudaStreamSynchronize failed");
+  return {};
+}
+
+TEST(Concurrency, EightThreadsWithTheirOwnStreamsAgree) {
+  std::string why;
+  if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
+  static const Registry registry = make_default_registry();
+
+  DecodeCaseConfig dc;
+  dc.seq_lens = {0, 1, 700, 2900, 64, 1500};
+  dc.s_q = 2;
+  dc.h_q = 64;
+  dc.causal = true;
+  dc.seed = 11;
+  DecodeCase dense = DecodeCase::generate(dc);
+  SparseCaseConfig sc;
+  sc.batch = 4;
+  sc.s_q = 2;
+  sc.h_q = 32;
+  sc.topk = 512;
+  sc.num_pages = 20;
+  sc.format = KvFormat::kFP8DsMla;
+  sc.topk_length = {512, 0, 77, 300};
+  sc.seed = 12;
+  SparseCase sparse = SparseCase::generate(sc);
+
+  // Inputs once on the device, read by every thread.
+  DeviceBuffer dq, dcache, dtable, dlens, sq, scache, sidx, slen;
+  // Outputs of the problems as selected; every call replaces them with its own (run_on).
+  DeviceBuffer dout(dense.out.size() * 2), dlse(dense.lse.size() * 4), sout(sparse.out.size() * 2),
+      slse(sparse.lse.size() * 4);
+  DeviceBuffer::upload(&dq, dense.q);
+  DeviceBuffer::upload(&dcache, dense.cache);
+  DeviceBuffer::upload(&dtable, dense.block_table);
+  DeviceBuffer::upload(&dlens, dense.seq_lens);
+  DeviceBuffer::upload(&sq, sparse.q);
+  DeviceBuffer::upload(&scache, sparse.cache);
+  DeviceBuffer::upload(&sidx, sparse.indices);
+  DeviceBuffer::upload(&slen, sparse.topk_length);
+  DecodeBuffers da;
+  da.q = dq.get();
+  da.cache = dcache.get();
+  da.block_table = dtable.get();
+  da.seq_lens = dlens.get();
+  da.out = dout.get();
+  da.lse = dlse.get();
+  const DecodeProblem dp = dense.problem(da, Device::cuda(0));
+  SparseBuffers sa;
+  sa.q = sq.get();
+  sa.cache = scache.get();
+  sa.indices = sidx.get();
+  sa.topk_length = slen.get();
+  sa.out = sout.get();
+  sa.lse = slse.get();
+  const SparseDecodeProblem sp = sparse.problem(sa, Device::cuda(0));
+  const Selection dsel = registry.select(dp), ssel = registry.select(sp);
+  ASSERT_NE(dsel.backend, nullptr) << dsel.explain();
+  ASSERT_NE(ssel.backend, nullptr) << ssel.explain();
+
+  Result dense_ref, sparse_ref;
+  {
+    CallBuffers<DecodeProblem> db(*dsel.backend, dp, dense.out.size(), dense.lse.size());
+    CallBuffers<SparseDecodeProblem> sb(*ssel.backend, sp, sparse.out.size(), sparse.lse.size());
+    ASSERT_TRUE(run_on(*dsel.backend, dp, nullptr, db, &dense_ref).ok());
+    ASSERT_TRUE(run_on(*ssel.backend, sp, nullptr, sb, &sparse_ref).ok());
+  }
+
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      cudaSetDevice(0);
+      cudaStream_t stream = nullptr;
+      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+        errors[size_t(t)] = "cudaStreamCreate failed";
+        return;
+      }
+      CallBuffers<DecodeProblem> db(*dsel.backend, dp, dense.out.size(), dense.lse.size());
+      CallBuffers<SparseDecodeProblem> sb(*ssel.backend, sp, sparse.out.size(), sparse.lse.size());
+      for (int i = 0; i < kIterations && errors[size_t(t)].empty(); ++i) {
+        Result d, s;
+        Status st = run_on(*dsel.backend, dp, stream, db, &d);
+        if (st.ok()) st = run_on(*ssel.backend, sp, stream, sb, &s);
+        if (!st.ok()) errors[size_t(t)] = st.to_string();
+        mismatches[size_t(t)] += !(d == dense_ref) + !(s == sparse_ref);
+      }
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(errors[size_t(t)].empty()) << "thread " << t << ": " << errors[size_t(t)];
+    EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t << " (" << dsel.backend->name() << ", "
+                                        << ssel.backend->name() << ")";
+  }
+}
+
+}  // namespace
+}  // namespace mlakit::test
