@@ -58,6 +58,9 @@ struct HostCache {
   }
 };
 
+/// The extra-cache edge cases of issue 13 item 5, applied on top of the random case.
+enum class Edge { kNone, kEmptyExtraSet, kMainAllInvalid, kBothLengthsZero };
+
 struct ExtraConfig {
   KvFormat format;
   int64_t h_q, s_q, topk, extra_topk;  // extra_topk 0: no extra cache
@@ -65,6 +68,7 @@ struct ExtraConfig {
   bool lengths, sink;
   uint64_t seed;
   int64_t batch = 3;
+  Edge edge = Edge::kNone;
 };
 
 std::string describe(const ExtraConfig& c) {
@@ -140,8 +144,19 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
     if (cfg.extra_topk > 0 && b > 1) extra_length[1] = 0;
   }
   std::vector<int32_t> ids_dev, ids_host, extra_dev, extra_host;
+  if (cfg.edge == Edge::kEmptyExtraSet) std::fill(extra_length.begin(), extra_length.end(), 0);
+  if (cfg.edge == Edge::kBothLengthsZero) {
+    std::fill(topk_length.begin(), topk_length.end(), 0);
+    std::fill(extra_length.begin(), extra_length.end(), 0);
+  }
   draw_ids(rng, *main, b, cfg.s_q, cfg.topk, topk_length, &ids_dev, &ids_host);
   if (extra) draw_ids(rng, *extra, b, cfg.s_q, cfg.extra_topk, extra_length, &extra_dev, &extra_host);
+  if (cfg.edge == Edge::kMainAllInvalid) {  // every main id negative or past the cache: the extra set alone counts
+    for (size_t k = 0; k < ids_dev.size(); ++k) {
+      ids_dev[k] = k % 2 ? -1 : int32_t(main->rows()) + int32_t(k % 5);
+      ids_host[k] = -1;
+    }
+  }
 
   std::uniform_real_distribution<float> uq(-1.0f, 1.0f);
   std::vector<uint16_t> q(size_t(b * cfg.s_q * cfg.h_q * d_qk));
@@ -236,6 +251,13 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   EXPECT_TRUE(check_out(to_floats(got, q_dtype), to_floats(ref_out, q_dtype), vmax, kDimV, q_dtype));
   EXPECT_TRUE(check_lse(got_lse, ref_lse));
   EXPECT_TRUE(check_lse(got_max, ref_max, "max_logits"));  // -inf exactly for rows without a valid key
+  if (cfg.edge == Edge::kBothLengthsZero) {  // no key at all: out = 0, lse = max_logits = -inf (docs/spec.md 2)
+    for (uint16_t v : got) ASSERT_EQ(v & 0x7fffu, 0u);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(got_lse[size_t(r)], -INFINITY);
+      ASSERT_EQ(got_max[size_t(r)], -INFINITY);
+    }
+  }
 }
 
 using Param = std::tuple<KvFormat, int64_t>;  // format x h_q
@@ -286,6 +308,26 @@ TEST(SparseMaxLogits, UnsplitRowsMatchTheReference) {
   ExtraConfig v4{KvFormat::kFP8DsV4, 64, 2, 16, 16, 256, 64, true, false, 78};
   v4.batch = 500;
   run_case(*be, v4);
+}
+
+// Issue 13 item 5 on the GPU: an empty extra set (extra_topk_length 0), every main id invalid (negative or past the
+// cache), both lengths zero; each format, split and unsplit rows.
+TEST(SparseExtraEdges, EmptyAndInvalidSets) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda");
+  if (be == nullptr) GTEST_SKIP() << why;
+  uint64_t seed = 4000;
+  for (const KvFormat f : {KvFormat::kFP8DsV4, KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla}) {
+    for (const Edge e : {Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kBothLengthsZero}) {
+      for (const int64_t batch : {int64_t(3), int64_t(400)}) {
+        ExtraConfig c{f, 64, 2, 96, 70, 61, 64, /*lengths=*/true, /*sink=*/e != Edge::kBothLengthsZero, ++seed};
+        c.batch = batch;
+        c.edge = e;
+        run_case(*be, c);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
 }
 
 // The Hopper path has no V4 kernels and no extra cache yet: it must refuse both by name, never read them as V3.
