@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Host and GPU time per call of MLAKit's torch custom ops and of mlakit.compat.flashmla (issue 11 item 1), with a
+breakdown of where a decode call's host time goes, and MLAKit's prefill against torch's cuDNN attention in the same
+run (issue 10's anchor, timed the same way). Needs a CUDA device, torch and the mlakit package.
+
+Host us: 200 calls enqueued back to back without synchronisation (the GPU synchronised before and after, outside the
+measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
+flushed (256 MB written) before each. Prints a table; --json FILE writes every row.
+
+    PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import mlakit
+import mlakit.torch  # noqa: F401  (registers torch.ops.mlakit)
+from mlakit.compat.flashmla import flash_mla_with_kvcache, get_mla_metadata
+
+TAU = 0.13523378
+D_C, D_R, P = 512, 64, 64
+HOST_CALLS = 200
+_flush = None
+
+
+def host_us(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / HOST_CALLS * 1e6
+
+
+def gpu_ms(fn, reps: int) -> float:
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    times = []
+    for _ in range(reps):
+        _flush.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def decode_inputs(b: int, length: int, h_q: int):
+    pages = -(-length // P)
+    cache = torch.rand((b * pages, P, D_C + D_R), device="cuda").mul_(2).sub_(1).bfloat16()
+    block_table = torch.randperm(b * pages, device="cuda", dtype=torch.int32).view(b, pages)
+    seq_lens = torch.full((b,), length, dtype=torch.int32, device="cuda")
+    q = torch.rand((b, 1, h_q, D_C + D_R), device="cuda").mul_(2).sub_(1).bfloat16()
+    return q, cache, block_table, seq_lens
+
+
+def rows_decode(reps: int):
+    rows = []
+    for b, length, h_q in [(1, 131072, 16), (32, 4096, 16), (128, 4096, 16), (128, 4096, 128)]:
+        q, cache, table, lens = decode_inputs(b, length, h_q)
+        shape = f"decode b={b} L={length} h_q={h_q} bf16"
+        op = lambda: torch.ops.mlakit.decode(q, cache, table, lens, TAU)  # noqa: E731
+        rows.append((shape, "torch.ops.mlakit.decode", host_us(op), gpu_ms(op, reps)))
+        # Where the host time goes: the native call with everything preallocated, and its pieces.
+        out = torch.empty((b, 1, h_q, D_C), dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty((b, 1, h_q), dtype=torch.float32, device="cuda")
+        kv = mlakit.KvCache(cache)
+        nbytes = mlakit.decode_workspace_bytes(q, kv, table, lens, out, lse, softmax_scale=TAU)
+        ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        native = lambda: mlakit.decode(q, kv, table, lens, out, lse, softmax_scale=TAU, workspace=ws, stream=stream)  # noqa: E731
+        rows.append((shape, "  mlakit.decode (native, preallocated)", host_us(native), gpu_ms(native, reps)))
+        size = lambda: mlakit.decode_workspace_bytes(q, kv, table, lens, out, lse, softmax_scale=TAU)  # noqa: E731
+        rows.append((shape, "  mlakit.decode_workspace_bytes alone", host_us(size), float("nan")))
+        wrap = lambda: mlakit.KvCache(cache)  # noqa: E731
+        rows.append((shape, "  mlakit.KvCache(tensor) alone", host_us(wrap), float("nan")))
+        alloc = lambda: (torch.empty_like(out), torch.empty_like(lse), torch.empty_like(ws))  # noqa: E731
+        rows.append((shape, "  3 x torch.empty (out, lse, workspace)", host_us(alloc), float("nan")))
+        meta, splits = get_mla_metadata(lens, h_q, 1)
+        flash = lambda: flash_mla_with_kvcache(q, cache.view(-1, P, 1, D_C + D_R), table, lens, D_C, meta, splits,  # noqa: E731
+                                               softmax_scale=TAU)
+        rows.append((shape, "mlakit.compat.flashmla", host_us(flash), gpu_ms(flash, reps)))
+    return rows
+
+
+def rows_sparse_and_append(reps: int):
+    rows = []
+    b, s_q, h_q, topk, ctx = 128, 2, 128, 2048, 8192
+    cache = torch.rand((b * ctx // P, P, D_C + D_R), device="cuda").mul_(2).sub_(1).bfloat16()
+    base = (torch.arange(b, device="cuda") * ctx).view(b, 1, 1)
+    ids = (torch.rand((b, s_q, ctx), device="cuda").argsort(-1)[..., :topk] + base).int()
+    q = torch.rand((b, s_q, h_q, D_C + D_R), device="cuda").mul_(2).sub_(1).bfloat16()
+    op = lambda: torch.ops.mlakit.sparse_decode(q, cache, ids, TAU)  # noqa: E731
+    rows.append((f"sparse b={b} s_q={s_q} h_q={h_q} topk={topk} bf16", "torch.ops.mlakit.sparse_decode", host_us(op),
+                 gpu_ms(op, reps)))
+    t = 128
+    kv_c = torch.rand((t, D_C), device="cuda").bfloat16()
+    k_pe = torch.rand((t, D_R), device="cuda").bfloat16()
+    slots = torch.randperm(cache.shape[0] * P, device="cuda")[:t]
+    op = lambda: torch.ops.mlakit.append_kv(kv_c, k_pe, slots, cache)  # noqa: E731
+    rows.append((f"append T={t} bf16", "torch.ops.mlakit.append_kv", host_us(op), gpu_ms(op, reps)))
+    return rows
+
+
+def rows_prefill(reps: int):
+    """MLAKit's prefill op against torch SDPA with the cuDNN backend on the same padded-free shapes (one request per
+    batch entry, all of equal length, so the dense padded batch attends exactly the same pairs), causal, h = 128."""
+    rows = []
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    h, dqk, dv = 128, 192, 128
+    for b, s in [(1, 16384), (4, 4096), (1, 4096), (64, 512)]:
+        q = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
+        k = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
+        v = torch.randn((b * s, h, dv), device="cuda", dtype=torch.bfloat16)
+        cu = torch.arange(0, (b + 1) * s, s, device="cuda", dtype=torch.int32)
+        scale = dqk**-0.5
+        flops = 2 * h * (dqk + dv) * b * s * (s + 1) / 2
+        shape = f"prefill {b} x {s} h=128 d=192/128 causal"
+        op = lambda: torch.ops.mlakit.prefill(q, k, v, cu, cu, scale, True)  # noqa: E731
+        ms = gpu_ms(op, reps)
+        rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
+        qd, kd, vd = (x.view(b, s, h, -1).transpose(1, 2) for x in (q, k, v))
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                sdpa = lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale)  # noqa: E731
+                ms = gpu_ms(sdpa, reps)
+                rows.append((shape, f"torch SDPA cuDNN ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(sdpa), ms))
+        except RuntimeError as e:  # cuDNN attention unavailable in this torch build
+            rows.append((shape, f"torch SDPA cuDNN: {str(e).splitlines()[0][:60]}", float("nan"), float("nan")))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_torch.py needs a CUDA device")
+    rows = rows_decode(args.reps) + rows_sparse_and_append(args.reps) + rows_prefill(args.reps)
+    print(f"\nmlakit {mlakit.__version__} + torch {torch.__version__} on {torch.cuda.get_device_name()}: host us per "
+          f"eager call ({HOST_CALLS} calls, no sync), GPU ms (median of {args.reps}, L2 flushed)")
+    print(f"{'shape':<40} {'call':<50} {'host us':>9} {'GPU ms':>9}")
+    for shape, call, hus, ms in rows:
+        print(f"{shape:<40} {call:<50} {hus:9.1f} {ms:9.4f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dict(shape=s, call=c, host_us=h, gpu_ms=g) for s, c, h, g in rows], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
