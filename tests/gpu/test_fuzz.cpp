@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/compare.h"
@@ -84,6 +85,40 @@ std::string describe_sparse(const SparseCaseConfig& c) {
          " topk_length=" + std::to_string(!c.topk_length.empty()) + " sink=" + std::to_string(!c.attn_sink.empty());
 }
 
+/// Runs `p` (device buffers; out and lse at `out`, `lse`) on `be` with a poisoned workspace, then the reference on the
+/// host case `c`, and compares out and lse. Returns false when the backend refused by its documented rule.
+template <class Problem, class Case, class Reference>
+bool run_and_compare(const Backend& be, const Problem& p, Case& c, const void* out, const void* lse,
+                     Reference&& reference) {
+  const Status sup = be.supports(p);
+  if (documented_refusal(sup)) return false;
+  EXPECT_TRUE(sup.ok()) << sup.to_string();
+  if (!sup.ok()) return true;
+  const size_t ws_bytes = be.workspace_bytes(p);
+  DeviceBuffer ws(ws_bytes);
+  EXPECT_EQ(cudaMemset(ws.get(), kPoison, ws_bytes), cudaSuccess);
+  const Workspace w{ws.get(), ws_bytes};
+  Status st;
+  if constexpr (std::is_same_v<Problem, DecodeProblem>) st = be.plan(p, w, nullptr);
+  if (st.ok()) st = be.run(p, w, nullptr);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> got(c.out.size());
+  std::vector<float> got_lse(c.lse.size());
+  if (!got.empty()) {
+    EXPECT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  if (!got_lse.empty()) {
+    EXPECT_EQ(cudaMemcpy(got_lse.data(), lse, got_lse.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  const Status ref = reference();
+  EXPECT_TRUE(ref.ok()) << ref.to_string();
+  const DType dt = c.config.q_dtype;
+  EXPECT_TRUE(check_out(to_floats(got, dt), c.out_floats(), c.row_vmax(), kDimV, dt));
+  EXPECT_TRUE(check_lse(got_lse, c.lse));
+  return true;
+}
+
 /// Runs and compares one dense case; returns false when the backend refused it by its documented rule.
 bool fuzz_dense(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   DecodeCaseConfig cfg;
@@ -123,26 +158,8 @@ bool fuzz_dense(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   at.out = dev.put(c.out);
   at.lse = dev.put(c.lse);
   at.kv_scale = scale_on_device ? static_cast<const float*>(dev.put(std::vector<float>{cfg.kv_scale})) : nullptr;
-  const DecodeProblem p = c.problem(at, Device::cuda(0));
-  const Status sup = be.supports(p);
-  if (documented_refusal(sup)) return false;
-  EXPECT_TRUE(sup.ok()) << sup.to_string();
-  if (!sup.ok()) return true;
-  const size_t ws_bytes = be.workspace_bytes(p);
-  DeviceBuffer ws(ws_bytes);
-  EXPECT_EQ(cudaMemset(ws.get(), kPoison, ws_bytes), cudaSuccess);
-  const Workspace w{ws.get(), ws_bytes};
-  Status st = be.plan(p, w, nullptr);
-  if (st.ok()) st = be.run(p, w, nullptr);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> out = dev.buffers[4]->download<uint16_t>(c.out.size());  // at.out
-  const std::vector<float> lse = dev.buffers[5]->download<float>(c.lse.size());        // at.lse
-  const Status ref = reference::decode(c.problem());
-  EXPECT_TRUE(ref.ok()) << ref.to_string();
-  EXPECT_TRUE(check_out(to_floats(out, cfg.q_dtype), c.out_floats(), c.row_vmax(), kDimV, cfg.q_dtype));
-  EXPECT_TRUE(check_lse(lse, c.lse));
-  return true;
+  return run_and_compare(be, c.problem(at, Device::cuda(0)), c, at.out, at.lse,
+                         [&] { return reference::decode(c.problem()); });
 }
 
 /// Runs and compares one sparse case; returns false when the backend refused it by its documented rule.
@@ -180,24 +197,8 @@ bool fuzz_sparse(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   at.out = dev.put(c.out);
   at.lse = dev.put(c.lse);
   at.kv_scale = nullptr;
-  const SparseDecodeProblem p = c.problem(at, Device::cuda(0));
-  const Status sup = be.supports(p);
-  if (documented_refusal(sup)) return false;
-  EXPECT_TRUE(sup.ok()) << sup.to_string();
-  if (!sup.ok()) return true;
-  const size_t ws_bytes = be.workspace_bytes(p);
-  DeviceBuffer ws(ws_bytes);
-  EXPECT_EQ(cudaMemset(ws.get(), kPoison, ws_bytes), cudaSuccess);
-  const Status st = be.run(p, Workspace{ws.get(), ws_bytes}, nullptr);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> out = dev.buffers[5]->download<uint16_t>(c.out.size());  // at.out
-  const std::vector<float> lse = dev.buffers[6]->download<float>(c.lse.size());        // at.lse
-  const Status ref = reference::sparse_decode(c.problem());
-  EXPECT_TRUE(ref.ok()) << ref.to_string();
-  EXPECT_TRUE(check_out(to_floats(out, cfg.q_dtype), c.out_floats(), c.row_vmax(), kDimV, cfg.q_dtype));
-  EXPECT_TRUE(check_lse(lse, c.lse));
-  return true;
+  return run_and_compare(be, c.problem(at, Device::cuda(0)), c, at.out, at.lse,
+                         [&] { return reference::sparse_decode(c.problem()); });
 }
 
 TEST(DifferentialFuzz, EveryCudaPathMatchesTheReference) {

@@ -32,9 +32,9 @@ def reference(q, kv, indices, scale, d_v, sink, topk_length):
     return out, max_logits, np.where(lse == -np.inf, np.inf, lse)
 
 
-@pytest.mark.parametrize("d_qk", [576, 512], ids=["v32", "v4"])
-def test_sparse_prefill_matches_flashmlas_definitions(d_qk, rng):
-    s_q, h_q, s_kv, topk, d_v = 37, 16, 300, 64, 512
+def make_inputs(rng, d_qk, s_q, h_q, s_kv, topk):
+    """q, kv, indices (20% -1, query 3 with no valid key, ids past the cache in query 5), topk_length, sinks with +inf
+    and -inf heads, and the scale 1/sqrt(d_qk)."""
     q = rng.uniform(-1, 1, (s_q, h_q, d_qk)).astype(BF16)
     kv = rng.uniform(-1, 1, (s_kv, 1, d_qk)).astype(BF16)
     indices = rng.integers(0, s_kv, (s_q, 1, topk)).astype(np.int32)
@@ -44,11 +44,17 @@ def test_sparse_prefill_matches_flashmlas_definitions(d_qk, rng):
     topk_length = rng.integers(0, topk + 1, s_q).astype(np.int32)
     sink = rng.uniform(-2, 2, h_q).astype(np.float32)
     sink[0], sink[1] = np.inf, -np.inf
-    scale = d_qk**-0.5
+    return q, kv, indices, topk_length, sink, d_qk**-0.5
+
+
+@pytest.mark.parametrize("d_qk", [576, 512], ids=["v32", "v4"])
+def test_sparse_prefill_matches_flashmlas_definitions(d_qk, rng):
+    d_v = 512
+    q, kv, indices, topk_length, sink, scale = make_inputs(rng, d_qk, s_q=37, h_q=16, s_kv=300, topk=64)
     out, max_logits, lse = flash_mla_sparse_fwd(q, kv, indices, scale, d_v, attn_sink=sink, topk_length=topk_length)
     ref_out, ref_max, ref_lse = reference(q, kv, indices, scale, d_v, sink, topk_length)
-    assert out.dtype == BF16 and out.shape == (s_q, h_q, d_v)
-    assert max_logits.shape == lse.shape == (s_q, h_q)
+    assert out.dtype == BF16 and out.shape == (37, 16, d_v)
+    assert max_logits.shape == lse.shape == (37, 16)
     assert_close(out, ref_out, bf16_tolerance(ref_out, 1.0), "out")
     assert_lse_close(lse, ref_lse, "lse")
     assert_lse_close(max_logits, ref_max, "max_logits")
@@ -80,17 +86,8 @@ def to_cuda(a: np.ndarray):
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device (or no torch)")
 @pytest.mark.parametrize("d_qk", [576, 512], ids=["v32", "v4"])
 def test_sparse_prefill_on_cuda_tensors(d_qk, rng):
-    s_q, h_q, s_kv, topk, d_v = 300, 64, 1000, 128, 512
-    q = rng.uniform(-1, 1, (s_q, h_q, d_qk)).astype(BF16)
-    kv = rng.uniform(-1, 1, (s_kv, 1, d_qk)).astype(BF16)
-    indices = rng.integers(0, s_kv, (s_q, 1, topk)).astype(np.int32)
-    indices[rng.random(indices.shape) < 0.2] = -1
-    indices[3] = -1  # a query with no valid key
-    indices[5, 0, :7] = s_kv + 9  # ids past the cache count as invalid
-    topk_length = rng.integers(0, topk + 1, s_q).astype(np.int32)
-    sink = rng.uniform(-2, 2, h_q).astype(np.float32)
-    sink[0], sink[1] = np.inf, -np.inf
-    scale = d_qk**-0.5
+    d_v = 512
+    q, kv, indices, topk_length, sink, scale = make_inputs(rng, d_qk, s_q=300, h_q=64, s_kv=1000, topk=128)
     out, max_logits, lse = flash_mla_sparse_fwd(to_cuda(q), to_cuda(kv), to_cuda(indices), scale, d_v,
                                                 attn_sink=to_cuda(sink), topk_length=to_cuda(topk_length))
     torch.cuda.synchronize()
@@ -99,3 +96,4 @@ def test_sparse_prefill_on_cuda_tensors(d_qk, rng):
     assert_close(out.float().cpu().numpy(), ref_out, bf16_tolerance(ref_out, 1.0), "out")
     assert_lse_close(lse.cpu().numpy(), ref_lse, "lse")
     assert_lse_close(max_logits.cpu().numpy(), ref_max, "max_logits")
+    assert torch.all(lse[3] == float("inf")) and torch.all(max_logits[3] == float("-inf"))
