@@ -310,6 +310,19 @@ TEST(SparseMaxLogits, UnsplitRowsMatchTheReference) {
   run_case(*be, v4);
 }
 
+// max_logits from the Hopper path (V3 geometry, fp8_ds_mla at 64 heads: its fp8 row rule takes >= 17 rows), split
+// rows (3 requests) and unsplit ones (500), with a sink and topk_length.
+TEST(SparseMaxLogits, HopperPathMatchesTheReference) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda_sm90");
+  if (be == nullptr) GTEST_SKIP() << why;
+  for (const int64_t batch : {int64_t(3), int64_t(500)}) {
+    ExtraConfig c{KvFormat::kFP8DsMla, 64, 2, 300, 0, 61, 64, /*lengths=*/true, /*sink=*/true, uint64_t(90 + batch)};
+    c.batch = batch;
+    run_case(*be, c);
+  }
+}
+
 // Issue 13 item 5 on the GPU: an empty extra set (extra_topk_length 0), every main id invalid (negative or past the
 // cache), both lengths zero; each format, split and unsplit rows.
 TEST(SparseExtraEdges, EmptyAndInvalidSets) {

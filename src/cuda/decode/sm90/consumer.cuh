@@ -265,6 +265,16 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       float inv = empty ? 0.0f : kv_scale / l_tot;
       if constexpr (kSparse) {
         if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
+        if (p.max_logits != nullptr && me == 0 && tig == 0) {
+          // m is the row's largest visible logit times log2(e) (tau and kv_scale folded in), final after the last tile.
+          const float max_logit = empty ? -INFINITY : m[k] * kLn2;
+          if (direct) {
+            p.max_logits[request_offset<kSparse>(p, pc.req, p.max_logits_stride_b, p.max_logits_stride_s) +
+                         int64_t(i) * p.max_logits_stride_s + int64_t(h) * p.max_logits_stride_h] = max_logit;
+          } else {
+            p.part_max[slot * p.rows + mrow] = max_logit;  // the combine takes the largest over the splits
+          }
+        }
       }
       const int col0 = me * (kDimV / 2) + 2 * tig;
       if (direct) {

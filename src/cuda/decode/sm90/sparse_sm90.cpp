@@ -17,18 +17,20 @@ namespace mlakit::cuda {
 namespace {
 
 constexpr const char* kPath = "cuda_sm90 sparse_decode";
+/// DeepSeek V3's geometry and max_logits; no V4 kernels and no extra cache yet (refused by name).
+constexpr decode::SparseCaps kCaps{/*v4=*/false, /*extra=*/false, /*max_logits=*/true};
 
 }  // namespace
 
 std::vector<Feature> sparse_decode_sm90_features() {
   return {{OpKind::kSparseDecode,
            "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16; fp8 from h_q >= 17); d_c=512, d_r=64; "
-           "any P; h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink; ids past the cache skipped; 16-bit rows "
-           "gathered by cp.async, fp8 rows dequantised by the producer, into the wgmma pipeline; sm_90a"}};
+           "any P; h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink, max_logits; ids past the cache skipped; "
+           "16-bit rows gathered by cp.async, fp8 rows dequantised by the producer, into the wgmma pipeline; sm_90a"}};
 }
 
 Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
-  MLAKIT_TRY(decode::check_sparse_common(p, kPath));
+  MLAKIT_TRY(decode::check_sparse_common(p, kPath, kCaps));
   return decode::sm90::check_fp8_rows(p.kv.format, p.h_q(), kPath);
 }
 

@@ -22,7 +22,7 @@ int64_t query_rows(const DecodeProblem& p);
 /// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
 Status check_decode_common(const DecodeProblem& p, const char* path);
 /// What a sparse path serves beyond DeepSeek V3's geometry: V4's geometry (d_c 448, whole-row V, q bf16) with its
-/// fp8_ds_v4 format, the extra cache and max_logits. The portable path serves all three; the Hopper path none yet.
+/// fp8_ds_v4 format, the extra cache and max_logits. The portable path serves all three; the Hopper path max_logits.
 struct SparseCaps {
   bool v4 = false;
   bool extra = false;
