@@ -30,11 +30,11 @@ class CudaBackend final : public Backend {
   }
 
   Status available() const override {
-    cuda::DeviceInfo info;
-    MLAKIT_TRY(cuda::current_device_info(&info));
-    if (info.sm_major < kMinSmMajor) {
-      return Status::not_supported("needs compute capability >= 8.0, device " + std::to_string(info.ordinal) +
-                                   " is " + std::to_string(info.sm_major) + "." + std::to_string(info.sm_minor));
+    const cuda::DeviceInfo* info = nullptr;
+    MLAKIT_TRY(cuda::cached_device_info(&info));
+    if (info->sm_major < kMinSmMajor) {
+      return Status::not_supported("needs compute capability >= 8.0, device " + std::to_string(info->ordinal) +
+                                   " is " + std::to_string(info->sm_major) + "." + std::to_string(info->sm_minor));
     }
     return {};
   }

@@ -1,5 +1,7 @@
 #include "cuda/common/device.h"
 
+#include <vector>
+
 #include "cuda/common/check.h"
 
 namespace mlakit::cuda {
@@ -16,6 +18,22 @@ Status current_device_info(DeviceInfo* info) {
   MLAKIT_CUDA_TRY(cudaDeviceGetAttribute(&info->num_sms, cudaDevAttrMultiProcessorCount, info->ordinal));
   MLAKIT_CUDA_TRY(cudaDeviceGetAttribute(&info->max_smem_per_block_optin,
                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, info->ordinal));
+  return {};
+}
+
+Status cached_device_info(const DeviceInfo** out) {
+  thread_local std::vector<DeviceInfo> known;  // indexed by ordinal; ordinal -1 = not yet asked
+  int ordinal = -1;
+  if (cudaGetDevice(&ordinal) == cudaSuccess && ordinal >= 0 && size_t(ordinal) < known.size() &&
+      known[size_t(ordinal)].ordinal == ordinal) {
+    *out = &known[size_t(ordinal)];
+    return {};
+  }
+  DeviceInfo info;
+  MLAKIT_TRY(current_device_info(&info));
+  if (known.size() <= size_t(info.ordinal)) known.resize(size_t(info.ordinal) + 1);
+  known[size_t(info.ordinal)] = info;
+  *out = &known[size_t(info.ordinal)];
   return {};
 }
 

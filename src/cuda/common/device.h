@@ -1,5 +1,5 @@
 #pragma once
-// Facts about the current CUDA device that backends need on the host (cached per call, not globally).
+// Facts about the current CUDA device that backends need on the host.
 
 #include "mlakit/status.h"
 
@@ -15,5 +15,11 @@ struct DeviceInfo {
 
 /// Information on the current device, or a Status saying why there is none.
 Status current_device_info(DeviceInfo* info);
+
+/// The same, queried once per (host thread, device) and kept for the thread's life: a device's compute capability,
+/// SM count and shared-memory limit cannot change while the process lives, and every public call of a CUDA backend
+/// asks for them (available()), where five runtime queries per call cost microseconds of host time. *info stays valid
+/// for the calling thread. Not cached: the absence of a device (so the next call asks again).
+Status cached_device_info(const DeviceInfo** info);
 
 }  // namespace mlakit::cuda

@@ -41,14 +41,22 @@ std::vector<Feature> decode_sm90_features() {
 }
 
 Status decode_sm90_available() {
-  DeviceInfo info;
-  MLAKIT_TRY(current_device_info(&info));
-  if (info.sm_major != 9 || info.sm_minor != 0) {
+  const DeviceInfo* info = nullptr;
+  MLAKIT_TRY(cached_device_info(&info));
+  if (info->sm_major != 9 || info->sm_minor != 0) {
     return Status::not_supported("needs compute capability 9.0 (sm_90a code runs on Hopper only), device " +
-                                 std::to_string(info.ordinal) + " is " + std::to_string(info.sm_major) + "." +
-                                 std::to_string(info.sm_minor));
+                                 std::to_string(info->ordinal) + " is " + std::to_string(info->sm_major) + "." +
+                                 std::to_string(info->sm_minor));
   }
-  return decode::sm90::kernels_loadable();
+  // Whether the sm_90a image loads on this device cannot change either: asked once per (thread, device) that can
+  // (every public call asks, and cudaFuncGetAttributes costs microseconds); a failure is asked again.
+  thread_local std::vector<bool> loadable;
+  const size_t ordinal = size_t(info->ordinal);
+  if (ordinal < loadable.size() && loadable[ordinal]) return {};
+  MLAKIT_TRY(decode::sm90::kernels_loadable());
+  if (loadable.size() <= ordinal) loadable.resize(ordinal + 1, false);
+  loadable[ordinal] = true;
+  return {};
 }
 
 Status decode_sm90_supports(const DecodeProblem& p) {
