@@ -91,7 +91,7 @@ if [ "${GPU_CHECK_SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /
     [ -x "$bin" ] || continue
     name=$(basename "$bin")
     tools="memcheck"
-    case $name in gpu_test_decode | gpu_test_sparse_decode | gpu_test_sparse_extra) tools="memcheck racecheck synccheck initcheck" ;; esac
+    case $name in gpu_test_decode | gpu_test_sparse_decode | gpu_test_sparse_extra | gpu_test_fuzz) tools="memcheck racecheck synccheck initcheck" ;; esac
     for tool in $tools; do
       start=$(date +%s)
       MLAKIT_FUZZ_CASES=20 compute-sanitizer --tool $tool --error-exitcode 9 "$bin" --gtest_filter="${SAN_FILTER[$name]:-*}" \

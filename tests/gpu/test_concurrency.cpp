@@ -46,7 +46,8 @@ template <class Problem>
 Status run_on(const Backend& be, Problem p, cudaStream_t stream, CallBuffers<Problem>& b, Result* r) {
   if (b.out.get() == nullptr || b.lse.get() == nullptr || b.ws.get() == nullptr) return Status::internal("cudaMalloc failed");
   cudaMemsetAsync(b.ws.get(), 0xFF, b.ws.bytes(), stream);  // the caller need not zero the workspace
-  cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), stream);  // nor clear the outputs
+  cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), stream);  // outputs poisoned: a call that skips a write shows
+  cudaMemsetAsync(b.lse.get(), 0xFF, b.lse.bytes(), stream);
   p.out.data = b.out.get();
   p.lse.data = b.lse.get();
   const Workspace w{b.ws.get(), b.ws.bytes()};

@@ -343,7 +343,8 @@ TEST(SparseExtraEdges, EmptyAndInvalidSets) {
   }
 }
 
-// The Hopper path has no V4 kernels and no extra cache yet: it must refuse both by name, never read them as V3.
+// The Hopper path has no V4 kernels and no extra cache yet: it must refuse fp8_ds_v4, whole-row V and the extra cache
+// by name, never read them as V3.
 TEST(SparseExtraRefusal, HopperPathNamesWhatItLacks) {
   std::string why;
   const Backend* be = cuda_backend(&why, "cuda_sm90");
@@ -361,9 +362,39 @@ TEST(SparseExtraRefusal, HopperPathNamesWhatItLacks) {
   p.out = TensorView::contiguous(dout.get(), DType::kBF16, {2, 1, 16, 512}, dev);
   p.softmax_scale = 0.0625f;
   ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
-  const Status s = be->supports(p);
+  Status s = be->supports(p);
   EXPECT_EQ(s.code(), StatusCode::kNotSupported);
   EXPECT_NE(s.message().find("kv.format=fp8_ds_v4"), std::string::npos) << s.to_string();
+
+  // V4's whole-row V with a bf16 cache (no fp8_ds_v4 involved).
+  auto bf16 = make_cache(rng, KvFormat::kBF16, MlaDims::deepseek_v4(), 64, 64);
+  DeviceBuffer dbf16(bf16->bytes.size());
+  p.kv = bf16->view;
+  p.kv.pages.data = dbf16.get();
+  p.kv.pages.device = dev;
+  ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+  s = be->supports(p);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported);
+  EXPECT_NE(s.message().find("kv.dims.v_whole_row=true"), std::string::npos) << s.to_string();
+
+  // The extra cache with V3's geometry and format (64 heads: the fp8 row rule does not apply). If this were accepted,
+  // the Hopper kernel would read extra columns through indices, past its end.
+  auto v3 = make_cache(rng, KvFormat::kFP8DsMla, MlaDims{}, 64, 64);
+  DeviceBuffer dv3(v3->bytes.size()), dq3(size_t(2 * 64 * 576 * 2)), dout3(size_t(2 * 64 * 512 * 2)), dext(64 * 4);
+  SparseDecodeProblem e;
+  e.q = TensorView::contiguous(dq3.get(), DType::kBF16, {2, 1, 64, 576}, dev);
+  e.kv = v3->view;
+  e.kv.pages.data = dv3.get();
+  e.kv.pages.device = dev;
+  e.indices = TensorView::contiguous(dids.get(), DType::kInt32, {2, 1, 32}, dev);
+  e.extra_kv = e.kv;
+  e.extra_indices = TensorView::contiguous(dext.get(), DType::kInt32, {2, 1, 16}, dev);
+  e.out = TensorView::contiguous(dout3.get(), DType::kBF16, {2, 1, 64, 512}, dev);
+  e.softmax_scale = 0.0625f;
+  ASSERT_TRUE(e.validate().ok()) << e.validate().to_string();
+  s = be->supports(e);
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported);
+  EXPECT_NE(s.message().find("extra_indices:"), std::string::npos) << s.to_string();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "cuda/common/device.h"
 
-#include <vector>
+#include <deque>
 
 #include "cuda/common/check.h"
 
@@ -22,7 +22,7 @@ Status current_device_info(DeviceInfo* info) {
 }
 
 Status cached_device_info(const DeviceInfo** out) {
-  thread_local std::vector<DeviceInfo> known;  // indexed by ordinal; ordinal -1 = not yet asked
+  thread_local std::deque<DeviceInfo> known;  // indexed by ordinal (growing it moves no entry); -1 = not yet asked
   int ordinal = -1;
   if (cudaGetDevice(&ordinal) == cudaSuccess && ordinal >= 0 && size_t(ordinal) < known.size() &&
       known[size_t(ordinal)].ordinal == ordinal) {

@@ -18,8 +18,9 @@ Status current_device_info(DeviceInfo* info);
 
 /// The same, queried once per (host thread, device) and kept for the thread's life: a device's compute capability,
 /// SM count and shared-memory limit cannot change while the process lives, and every public call of a CUDA backend
-/// asks for them (available()), where five runtime queries per call cost microseconds of host time. *info stays valid
-/// for the calling thread. Not cached: the absence of a device (so the next call asks again).
+/// asks for them (available()), where six runtime queries per call cost microseconds of host time. *info stays valid
+/// for the calling thread's life (the entries never move). Not cached: the absence of a device (the next call asks
+/// again).
 Status cached_device_info(const DeviceInfo** info);
 
 }  // namespace mlakit::cuda

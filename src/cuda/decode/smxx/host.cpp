@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <deque>
 #include <vector>
 
 #include "cuda/common/check.h"
@@ -47,6 +48,7 @@ Status check_pages(const KvCacheView& kv, const char* name, const std::string& p
   // multiples of the page start (docs/spec.md section 4).
   const int strided = kv.format == KvFormat::kFP8DsV4 ? 1 : 2;
   for (int d = 0; d < strided; ++d) {
+    if (kv.pages.shape[d] <= 1) continue;  // a stride that is never stepped places nothing
     if (kv.pages.stride[d] % kAlignBytes != 0) {
       return Status::not_supported(std::string(name) + ".pages.stride[" + std::to_string(d) + "]=" +
                                    std::to_string(kv.pages.stride[d]) + ": must be a multiple of 16 bytes for " + path);
@@ -273,7 +275,7 @@ int64_t sparse_requests(const SparseDecodeProblem& p) { return p.batch() * p.s_q
 int kernel_dqk(const MlaDims& dims) { return dims.v_whole_row ? kDimQKV4 : kDimQK; }
 
 Status device_facts(DeviceFacts** out) {
-  thread_local std::vector<DeviceFacts> facts;  // indexed by device ordinal
+  thread_local std::deque<DeviceFacts> facts;  // indexed by device ordinal (growing it moves no entry)
   int ordinal = -1;
   if (cudaGetDevice(&ordinal) == cudaSuccess && ordinal >= 0 && size_t(ordinal) < facts.size() &&
       facts[size_t(ordinal)].valid) {
