@@ -87,6 +87,20 @@ constexpr int64_t kv_row_bytes(KvFormat f, int d_c, int d_r) {
   return 0;
 }
 
+/// Bytes of one value in the element formats (bf16, fp16, fp8_e4m3), whose rows are d_c + d_r values in a row; 0 for
+/// the packed formats (fp8_ds_mla, fp8_ds_v4), whose rows hold scales beside the values. Only element formats can be
+/// held split (docs/spec.md section 4: kv_c and k_pe in two tensors).
+constexpr int64_t kv_element_bytes(KvFormat f) {
+  switch (f) {
+    case KvFormat::kBF16:
+    case KvFormat::kFP16: return 2;
+    case KvFormat::kFP8E4M3: return 1;
+    case KvFormat::kFP8DsMla:
+    case KvFormat::kFP8DsV4: return 0;
+  }
+  return 0;
+}
+
 static_assert(kv_row_bytes(KvFormat::kBF16, 512, 64) == 1152);
 static_assert(kv_row_bytes(KvFormat::kFP8E4M3, 512, 64) == 576);
 static_assert(kv_row_bytes(KvFormat::kFP8DsMla, 512, 64) == 656);

@@ -41,10 +41,21 @@ struct KvCacheView {
   /// replays with a new scale). When null, `kv_scale_value` is used.
   const float* kv_scale = nullptr;
   float kv_scale_value = 1.0f;
+  /// The split form (docs/spec.md section 4; FlashInfer's ckv_cache / kpe_cache): when given, `pages` holds only the
+  /// kv_c columns of each row, uint8 [num_pages, page_size, d_c * e], and this view the k_pe columns, uint8
+  /// [num_pages, page_size, d_r * e], each with its own strides in bytes (e = kv_element_bytes(format): element
+  /// formats only). Token t of page n is then row t of page n in both.
+  TensorView k_pe;
 
   int64_t num_pages() const { return pages.shape[0]; }
   int64_t page_size() const { return pages.shape[1]; }
+  bool split() const { return k_pe.defined(); }
+  /// Bytes of one whole row in `format` (both parts of a split row).
   int64_t row_bytes() const { return kv_row_bytes(format, dims.d_c, dims.d_r); }
+  /// Bytes of one row of `pages`: the whole row, or kv_c's d_c values when split.
+  int64_t pages_row_bytes() const { return split() ? kv_element_bytes(format) * dims.d_c : row_bytes(); }
+  /// Bytes of one row of `k_pe` (split form only): d_r values.
+  int64_t k_pe_row_bytes() const { return kv_element_bytes(format) * dims.d_r; }
   /// Builds a view over a contiguous cache of `num_pages` pages (fp8_ds_v4: pages padded to a multiple of 576
   /// bytes, ds_v4::packed_page_bytes, as FlashMLA lays them out).
   static KvCacheView contiguous(const void* data, KvFormat format, int64_t num_pages, int64_t page_size,
@@ -65,6 +76,10 @@ struct DecodeProblem {
   KvCacheView kv;          ///< paged cache
   TensorView block_table;  ///< int32 [b, max_pages]; entries past ceil(L_b' / P) are never read (L_b' below)
   TensorView seq_lens;     ///< int32 [b], L_b >= 0 including the s_q new tokens
+  /// Optional int32 [b + 1] (FlashInfer's kv_indptr): the page lists of all requests in one flat block_table,
+  /// int32 [n]; request b's pages are block_table[block_table_indptr[b] + k], k < ceil(L_b' / P), and must lie
+  /// below block_table_indptr[b + 1] (docs/spec.md section 1).
+  TensorView block_table_indptr;
   TensorView out;          ///< dtype of q [b, s_q, h_q, d_v]
   TensorView lse;          ///< optional float32 [b, s_q, h_q], natural log, -inf for empty rows
   float softmax_scale = 0.0f;  ///< tau; required, there is no default

@@ -78,3 +78,112 @@ def where_ge_to_minus_one(x, limit: int):
 
         return cupy.where(x >= limit, -1, x).astype(x.dtype)
     return np.where(x >= limit, np.int32(-1), x).astype(x.dtype)
+
+
+def concat_last(a, b):
+    """`a` and `b` joined along their last dimension (a new array)."""
+    if is_torch(a):
+        import torch
+
+        return torch.cat([a, b], dim=-1)
+    if is_cupy(a):
+        import cupy
+
+        return cupy.concatenate([a, b], axis=-1)
+    return np.concatenate([np.asarray(a), np.asarray(b)], axis=-1)
+
+
+def reshape_view(x, shape, name: str):
+    """`x` reshaped to `shape` without copying (an output the caller passed must be written in place)."""
+    shape = tuple(int(s) for s in shape)
+    if is_torch(x):
+        try:
+            return x.view(shape)
+        except RuntimeError as e:
+            raise ValueError(f"{name}: {tuple(x.shape)} cannot be viewed as {shape} without a copy ({e})") from None
+    v = x.reshape(shape)
+    copied = data_ptr(v) != data_ptr(x) if is_cupy(x) else not np.shares_memory(v, x)
+    if v.size and copied:
+        raise ValueError(f"{name}: {tuple(x.shape)} cannot be viewed as {shape} without a copy")
+    return v
+
+
+def to_host_ints(x):
+    """`x` as a numpy int64 array on the host (a device array is copied back: a synchronisation)."""
+    if is_torch(x):
+        return x.detach().to("cpu").numpy().astype(np.int64)
+    if is_cupy(x):
+        return x.get().astype(np.int64)
+    return np.asarray(x).astype(np.int64)
+
+
+def int32_like(x, like):
+    """`x` as an int32 array on `like`'s device and framework (no copy when it already is one)."""
+    if is_torch(like):
+        import torch
+
+        if not is_torch(x):
+            x = torch.as_tensor(np.asarray(x))
+        return x.to(device=like.device, dtype=torch.int32, non_blocking=True)
+    if is_cupy(like):
+        import cupy
+
+        return cupy.asarray(x, dtype=cupy.int32)
+    x = to_host_ints(x) if (is_torch(x) or is_cupy(x)) else np.asarray(x)
+    return x if x.dtype == np.int32 else x.astype(np.int32)
+
+
+def copy_into(dst, src):
+    """Copies `src` into the leading elements of `dst` in place (stream-ordered on a device: no synchronisation)."""
+    n = int(src.shape[0])
+    if is_torch(dst):
+        dst[:n].copy_(src, non_blocking=True)
+    else:
+        dst[:n] = src
+
+
+def as_bytes(x):
+    """A flat uint8 view of the contiguous array `x` (a workspace buffer of any dtype)."""
+    if is_torch(x):
+        import torch
+
+        return x.reshape(-1).view(torch.uint8)
+    return x.reshape(-1).view(np.uint8)
+
+
+def data_ptr(x) -> int:
+    if is_torch(x):
+        return int(x.data_ptr())
+    if is_cupy(x):
+        return int(x.data.ptr)
+    return int(np.asarray(x).__array_interface__["data"][0])
+
+
+def strides_in_elements(x):
+    if is_torch(x):
+        return tuple(int(s) for s in x.stride())
+    return tuple(int(s) // x.itemsize for s in x.strides)
+
+
+def joined_last_dim(a, b):
+    """When `b` holds the columns right after `a`'s in one array (two column slices of one [..., d_a + d_b] array),
+    that array as one view over both; else None. Never copies."""
+    if type(a) is not type(b) or a.dtype != b.dtype or a.ndim != b.ndim or tuple(a.shape[:-1]) != tuple(b.shape[:-1]):
+        return None
+    strides = strides_in_elements(a)
+    if strides != strides_in_elements(b) or strides[-1] != 1:
+        return None
+    itemsize = a.element_size() if is_torch(a) else a.itemsize
+    if data_ptr(b) != data_ptr(a) + int(a.shape[-1]) * itemsize:
+        return None
+    width = int(a.shape[-1]) + int(b.shape[-1])
+    if any(0 < s < width for s in strides[:-1]):
+        return None  # a joined row would run into the next one
+    shape = tuple(int(s) for s in a.shape[:-1]) + (width,)
+    if is_torch(a):
+        if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+            return None
+        return a.as_strided(shape, strides)
+    if is_cupy(a) or a.base is None or a.base is not b.base:
+        return None
+    return np.lib.stride_tricks.as_strided(a, shape, a.strides)

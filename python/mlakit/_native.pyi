@@ -25,10 +25,13 @@ class CudaError(RuntimeError):
 
 class KvCache:
     """
-    A paged latent KV cache over a caller's array (docs/spec.md section 4). The array is kept alive by this object and never copied. v_whole_row: V is the whole row (DeepSeek V4, d_c=448, d_r=64; sparse decode only).
+    A paged latent KV cache over a caller's array (docs/spec.md section 4), or over two arrays (k_pe=: the split form). The arrays are kept alive by this object and never copied. v_whole_row: V is the whole row (DeepSeek V4, d_c=448, d_r=64; sparse decode only).
     """
 
-    def __init__(self, pages: ArrayLike, format: str | None = None, *, d_c: int = 512, d_r: int = 64, kv_scale: float | ArrayLike | None = None, v_whole_row: bool = False) -> None: ...
+    def __init__(self, pages: ArrayLike, format: str | None = None, *, d_c: int = 512, d_r: int = 64, kv_scale: float | ArrayLike | None = None, v_whole_row: bool = False, k_pe: ArrayLike | None = None) -> None:
+        """
+        k_pe: the split form, the RoPE columns in their own array (pages then holds the d_c latent columns).
+        """
 
     @property
     def format(self) -> str: ...
@@ -56,6 +59,13 @@ class KvCache:
 
     @property
     def pages(self) -> ArrayLike: ...
+
+    @property
+    def k_pe(self) -> ArrayLike | None:
+        """the RoPE part of a split cache (None when joined)"""
+
+    @property
+    def split(self) -> bool: ...
 
     def __repr__(self) -> str: ...
 
@@ -117,27 +127,27 @@ def backends() -> list[BackendInfo]:
     Every backend compiled into this build, highest priority first (unavailable ones included, with why).
     """
 
-def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. Engines decoding many layers per step should use DecodePlan.
     """
 
-def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
+def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
-def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
+def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
     """
     Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, e.g. allocated by your framework so that CUDA graph capture sees it). Nothing runs.
     """
 
-def decode_plan_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode_plan_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     The plan half of decode: writes this step's schedule into workspace (from seq_lens, on the device).
     """
 
-def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     The run half of decode: reads the schedule decode_plan_step left in workspace.
     """
@@ -228,9 +238,9 @@ class DecodePlan:
     Dense decode split into plan (once per step) and run (once per layer), holding its workspace (docs/spec.md section 9). Build it with the largest batch it will serve.
     """
 
-    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
+    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
 
-    def plan(self, *, block_table: ArrayLike | None = None, seq_lens: ArrayLike | None = None, stream: StreamLike | None = None) -> None:
+    def plan(self, *, block_table: ArrayLike | None = None, seq_lens: ArrayLike | None = None, block_table_indptr: ArrayLike | None = None, stream: StreamLike | None = None) -> None:
         """
         Computes this step's split-KV schedule on the device from seq_lens (no host synchronisation).
         """

@@ -49,13 +49,23 @@ KvFormat infer_format(DType element_dtype, const char* name) {
 }  // namespace
 
 KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row,
-                 const char* name)
-    : pages_obj_(nb::borrow(pages)) {
+                 const char* name, nb::handle k_pe)
+    : pages_obj_(nb::borrow(pages)), k_pe_obj_(nb::borrow(k_pe)) {
   TensorView v = arrays_.view(pages, name, Access::kWrite);
   const DType element_dtype = v.dtype;
   squeeze_head_dim(v);
   view_as_bytes(v);
   view_.pages = v;
+  if (!k_pe.is_none()) {
+    TensorView r = arrays_.view(k_pe, "k_pe", Access::kWrite);
+    if (r.dtype != element_dtype) {
+      throw_conversion("k_pe", r.describe() + ": must have the dtype of " + std::string(name) + " (" +
+                                   dtype_name(element_dtype) + ")");
+    }
+    squeeze_head_dim(r);
+    view_as_bytes(r);
+    view_.k_pe = r;
+  }
   view_.format = format.is_none() ? infer_format(element_dtype, name) : parse_kv_format(nb::cast<std::string>(format));
   view_.dims = MlaDims{d_c, d_r, v_whole_row};
   if (kv_scale.is_none()) {
@@ -73,6 +83,7 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
 
 std::string KvCache::repr() const {
   return "KvCache(format=" + std::string(kv_format_name(view_.format)) + ", pages=" + view_.pages.describe() +
+         (view_.split() ? ", k_pe=" + view_.k_pe.describe() : "") +
          ", d_c=" + std::to_string(view_.dims.d_c) + ", d_r=" + std::to_string(view_.dims.d_r) +
          (view_.dims.v_whole_row ? ", v_whole_row=True" : "") +
          ", device=" + device_name(view_.pages.device) + ")";
@@ -105,12 +116,17 @@ KvCacheView cache_view_like(ArgHolder& holder, nb::handle obj, const KvCacheView
 
 void bind_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache",
-                      "A paged latent KV cache over a caller's array (docs/spec.md section 4). The array is kept "
-                      "alive by this object and never copied. v_whole_row: V is the whole row (DeepSeek V4, "
-                      "d_c=448, d_r=64; sparse decode only).")
-      .def(nb::init<nb::handle, nb::handle, int, int, nb::handle, bool>(), nb::arg("pages"),
-           nb::arg("format") = nb::none(), nb::kw_only(), nb::arg("d_c") = kDefaultDimC,
-           nb::arg("d_r") = kDefaultDimR, nb::arg("kv_scale") = nb::none(), nb::arg("v_whole_row") = false)
+                      "A paged latent KV cache over a caller's array (docs/spec.md section 4), or over two arrays "
+                      "(k_pe=: the split form). The arrays are kept alive by this object and never copied. "
+                      "v_whole_row: V is the whole row (DeepSeek V4, d_c=448, d_r=64; sparse decode only).")
+      .def(
+          "__init__",
+          [](KvCache* self, nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row,
+             nb::handle k_pe) { new (self) KvCache(pages, format, d_c, d_r, kv_scale, v_whole_row, "kv_cache", k_pe); },
+          nb::arg("pages"), nb::arg("format") = nb::none(), nb::kw_only(), nb::arg("d_c") = kDefaultDimC,
+          nb::arg("d_r") = kDefaultDimR, nb::arg("kv_scale") = nb::none(), nb::arg("v_whole_row") = false,
+          nb::arg("k_pe") = nb::none(),
+          "k_pe: the split form, the RoPE columns in their own array (pages then holds the d_c latent columns).")
       .def_prop_ro("format", [](const KvCache& c) { return kv_format_name(c.view().format); })
       .def_prop_ro("num_pages", [](const KvCache& c) { return c.view().num_pages(); })
       .def_prop_ro("page_size", [](const KvCache& c) { return c.view().page_size(); })
@@ -120,6 +136,8 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("v_whole_row", [](const KvCache& c) { return c.view().dims.v_whole_row; })
       .def_prop_ro("device", [](const KvCache& c) { return device_name(c.view().pages.device); })
       .def_prop_ro("pages", &KvCache::pages_object)
+      .def_prop_ro("k_pe", &KvCache::k_pe_object, "the RoPE part of a split cache (None when joined)")
+      .def_prop_ro("split", [](const KvCache& c) { return c.view().split(); })
       .def("__repr__", &KvCache::repr);
 }
 

@@ -17,18 +17,23 @@ class KvCache {
   /// `kv_scale`: fp8_e4m3 scale, a float or a float32 array of one element on the cache's device
   /// (read at run time, so a captured CUDA graph replays with a new value).
   /// `name`: the argument's name in error messages.
+  /// `k_pe`: the split form (docs/spec.md section 4; FlashInfer's ckv_cache / kpe_cache): `pages` then holds the
+  /// kv_c columns [num_pages, page_size, d_c] and `k_pe` the RoPE columns [num_pages, page_size, d_r], both of the
+  /// same element dtype (or uint8 bytes with the format named), each with its own strides; no copy.
   KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row = false,
-          const char* name = "kv_cache");
+          const char* name = "kv_cache", nb::handle k_pe = nb::none());
 
   const KvCacheView& view() const { return view_; }
   std::string repr() const;
 
   nb::object pages_object() const { return pages_obj_; }
+  nb::object k_pe_object() const { return k_pe_obj_; }
   const ArgHolder& arrays() const { return arrays_; }
 
  private:
   ArgHolder arrays_;  // the pages (and scale) arrays
   nb::object pages_obj_;
+  nb::object k_pe_obj_;
   KvCacheView view_;
 };
 

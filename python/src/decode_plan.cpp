@@ -18,13 +18,14 @@ using nb::arg;
 class DecodePlan {
  public:
   DecodePlan(nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens, nb::handle out,
-             nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle backend,
-             nb::handle workspace) {
+             nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle block_table_indptr,
+             nb::handle backend, nb::handle workspace) {
     problem_.q = layer_args_.view(q, "q", Access::kRead);
     problem_.kv = cache_view(layer_args_, kv_cache);
     problem_.out = layer_args_.view(out, "out", Access::kWrite);
     problem_.lse = layer_args_.optional(lse, "lse", Access::kWrite);
     problem_.block_table = block_table_args_.view(block_table, "block_table", Access::kRead);
+    problem_.block_table_indptr = block_table_args_.optional(block_table_indptr, "block_table_indptr", Access::kRead);
     problem_.seq_lens = seq_lens_args_.view(seq_lens, "seq_lens", Access::kRead);
     problem_.softmax_scale = softmax_scale;
     problem_.causal = causal;
@@ -33,13 +34,17 @@ class DecodePlan {
     workspace_ = OwnedWorkspace::make(problem_.device(), backend_->workspace_bytes(problem_), workspace);
   }
 
-  /// Computes this step's schedule. New block_table / seq_lens arrays replace the stored ones; the
-  /// usual engine pattern (CUDA graphs) keeps the same arrays and updates their contents instead.
-  void plan(nb::handle block_table, nb::handle seq_lens, nb::handle stream) {
+  /// Computes this step's schedule. New block_table / seq_lens arrays replace the stored ones (a new flat
+  /// block_table comes with its block_table_indptr); the usual engine pattern (CUDA graphs) keeps the same arrays
+  /// and updates their contents instead.
+  void plan(nb::handle block_table, nb::handle seq_lens, nb::handle block_table_indptr, nb::handle stream) {
     if (!block_table.is_none()) {
       ArgHolder h;
       problem_.block_table = h.view(block_table, "block_table", Access::kRead);
+      problem_.block_table_indptr = h.optional(block_table_indptr, "block_table_indptr", Access::kRead);
       block_table_args_ = std::move(h);
+    } else if (!block_table_indptr.is_none()) {
+      throw_conversion("block_table_indptr", "given without block_table: pass both, or neither to keep the stored ones");
     }
     if (!seq_lens.is_none()) {
       ArgHolder h;
@@ -99,13 +104,12 @@ void bind_decode_plan(nb::module_& m) {
                          "Dense decode split into plan (once per step) and run (once per layer), holding its "
                          "workspace (docs/spec.md section 9). Build it with the largest batch it will serve.")
       .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, float, bool, nb::handle,
-                    nb::handle, nb::handle>(),
+                    nb::handle, nb::handle, nb::handle>(),
            arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),
            nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("shard") = nb::none(),
-           arg("backend") = nb::none(),
-           arg("workspace") = nb::none())
+           arg("block_table_indptr") = nb::none(), arg("backend") = nb::none(), arg("workspace") = nb::none())
       .def("plan", &DecodePlan::plan, nb::kw_only(), arg("block_table") = nb::none(), arg("seq_lens") = nb::none(),
-           arg("stream") = nb::none(),
+           arg("block_table_indptr") = nb::none(), arg("stream") = nb::none(),
            "Computes this step's split-KV schedule on the device from seq_lens (no host synchronisation).")
       .def("run", &DecodePlan::run, arg("q"), arg("kv_cache"), arg("out"), arg("lse") = nb::none(), nb::kw_only(),
            arg("stream") = nb::none(), "Runs decode for one layer with the schedule of the last plan().")

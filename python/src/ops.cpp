@@ -38,11 +38,12 @@ const float* scalar_or_array(ArgHolder& args, nb::handle obj, const char* field,
 
 DecodeProblem build_decode(Call& c, nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens,
                            nb::handle out, nb::handle lse, float softmax_scale, bool causal, nb::handle shard,
-                           nb::handle workspace) {
+                           nb::handle block_table_indptr, nb::handle workspace) {
   DecodeProblem p;
   p.q = c.args.view(q, "q", Access::kRead);
   p.kv = cache_view(c.args, kv_cache);
   p.block_table = c.args.view(block_table, "block_table", Access::kRead);
+  p.block_table_indptr = c.args.optional(block_table_indptr, "block_table_indptr", Access::kRead);
   p.seq_lens = c.args.view(seq_lens, "seq_lens", Access::kRead);
   p.out = c.args.view(out, "out", Access::kWrite);
   p.lse = c.args.optional(lse, "lse", Access::kWrite);
@@ -175,12 +176,12 @@ void def_decode_steps(nb::module_& m, const Extra&... extra) {
   enum class Half { kPlan, kRun };
   const auto step = [](Half half) {
     return [half](nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens, nb::handle out,
-                  nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle workspace,
-                  nb::handle backend, nb::handle stream) {
+                  nb::handle lse, float softmax_scale, bool causal, nb::handle shard, nb::handle block_table_indptr,
+                  nb::handle workspace, nb::handle backend, nb::handle stream) {
       if (workspace.is_none()) throw_conversion("workspace", "is required (the plan lives in it between the two calls)");
       Call call;
-      const DecodeProblem p =
-          build_decode(call, q, kv_cache, block_table, seq_lens, out, lse, softmax_scale, causal, shard, workspace);
+      const DecodeProblem p = build_decode(call, q, kv_cache, block_table, seq_lens, out, lse, softmax_scale, causal,
+                                           shard, block_table_indptr, workspace);
       const Backend& chosen = choose_backend(p, backend);
       OwnedWorkspace ws = OwnedWorkspace::make(p.device(), chosen.workspace_bytes(p), workspace);
       const Stream s = resolve_stream(stream, call.args, p.device());
@@ -226,13 +227,14 @@ void bind_ops(nb::module_& m) {
          "Engines decoding many layers per step should use DecodePlan.",
          arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"), arg("lse") = nb::none(),
          nb::kw_only(), arg("softmax_scale"), arg("causal") = false, arg("shard") = nb::none(),
-         arg("workspace") = nb::none());
+         arg("block_table_indptr") = nb::none(), arg("workspace") = nb::none());
   def_workspace_bytes(m, "decode_workspace_bytes", &build_decode, arg("q"), arg("kv_cache"), arg("block_table"),
                       arg("seq_lens"), arg("out"), arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"),
-                      arg("causal") = false, arg("shard") = nb::none(), arg("workspace") = nb::none());
+                      arg("causal") = false, arg("shard") = nb::none(), arg("block_table_indptr") = nb::none(),
+                      arg("workspace") = nb::none());
   def_decode_steps(m, arg("q"), arg("kv_cache"), arg("block_table"), arg("seq_lens"), arg("out"),
                    arg("lse") = nb::none(), nb::kw_only(), arg("softmax_scale"), arg("causal") = false,
-                   arg("shard") = nb::none(), arg("workspace"));
+                   arg("shard") = nb::none(), arg("block_table_indptr") = nb::none(), arg("workspace"));
   def_op(m, "sparse_decode", "select_sparse_decode", &build_sparse_decode,
          "Sparse top-k decode over global row ids (docs/spec.md section 2); with extra_kv_cache and extra_indices "
          "(DeepSeek V4), one softmax over the ids of both caches.",

@@ -212,6 +212,52 @@ Status dims(const MlaDims& d, std::string_view name) {
   return {};
 }
 
+namespace {
+
+/// Rows of `row_bytes` bytes in pages of a [num_pages, page_size, row_bytes] view: neither rows nor pages overlap.
+Status page_strides(const TensorView& t, const std::string& name, int64_t row_bytes) {
+  const int64_t p = t.shape[1];
+  if (p > 1 && t.stride[1] < row_bytes) {
+    return fail(name + ".stride[1]", t.stride[1], "must be >= row_bytes=" + std::to_string(row_bytes));
+  }
+  const int64_t min_page_stride = (p - 1) * t.stride[1] + row_bytes;
+  if (t.shape[0] > 1 && t.stride[0] < min_page_stride) {
+    return fail(name + ".stride[0]", t.stride[0],
+                "must be >= " + std::to_string(min_page_stride) + " (pages must not overlap)");
+  }
+  return {};
+}
+
+/// The two parts of a split cache (docs/spec.md section 4): an element format, kv_c in pages and k_pe in k_pe, both
+/// [num_pages, page_size, values * e] on one device.
+Status split_parts(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
+                   const std::string& geometry) {
+  const std::string pages = field(name, "pages"), k_pe = field(name, "k_pe");
+  if (kv_element_bytes(kv.format) == 0) {
+    return fail(field(name, "format"), kv_format_name(kv.format),
+                "must be bf16, fp16 or fp8_e4m3 for a split cache (" + k_pe +
+                    " given): the packed formats keep scales beside the values in one row");
+  }
+  if (kv.dims.d_r == 0) return fail(field(name, "dims.d_r"), int64_t(0), "must be >= 1 for a split cache (" + k_pe + " given)");
+  MLAKIT_TRY(dim(kv.pages, pages, 2, kv.pages_row_bytes(), "the kv_c bytes of a split " + geometry));
+  MLAKIT_TRY(page_strides(kv.pages, pages, kv.pages_row_bytes()));
+  MLAKIT_TRY(tensor(kv.k_pe, k_pe, {DType::kUInt8}, 3, "[num_pages, page_size, d_r bytes]"));
+  MLAKIT_TRY(same_device(kv.k_pe, k_pe, device, anchor));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 0, kv.num_pages(), pages + ".shape[0] (num_pages)"));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 1, kv.page_size(), pages + ".shape[1] (page_size)"));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 2, kv.k_pe_row_bytes(), "the k_pe bytes of a split " + geometry));
+  return page_strides(kv.k_pe, k_pe, kv.k_pe_row_bytes());
+}
+
+Status kv_scale_value(const KvCacheView& kv, std::string_view name) {
+  if (kv.format == KvFormat::kFP8E4M3 && kv.kv_scale == nullptr) {
+    MLAKIT_TRY(positive_finite(field(name, "kv_scale_value"), kv.kv_scale_value, "used when kv_scale is null"));
+  }
+  return {};
+}
+
+}  // namespace
+
 Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
                 PageRule page_rule) {
   const std::string pages = field(name, "pages");
@@ -238,10 +284,14 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
                     "] (" + pages + ".shape[1])");
   }
   if (kv.num_pages() < 1) return fail(pages + ".shape[0]", kv.num_pages(), "must be >= 1 (num_pages)");
+  const std::string geometry =
+      std::string(kv_format_name(kv.format)) + " at d_c=" + std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r);
+  if (kv.split()) {
+    MLAKIT_TRY(split_parts(kv, name, device, anchor, geometry));
+    return kv_scale_value(kv, name);
+  }
   const int64_t row_bytes = kv.row_bytes();
-  MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes,
-                 std::string("the row bytes of ") + kv_format_name(kv.format) + " at d_c=" +
-                     std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r)));
+  MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes, "the row bytes of " + geometry));
   // fp8_ds_v4 places tokens by its page layout (ds_v4 in kv_format.h), not by a row stride: the view must be the
   // packed [num_pages, P, 584] one FlashMLA passes, so that its strides cannot say something the layout does not.
   if (kv.format == KvFormat::kFP8DsV4 && p > 1 && kv.pages.stride[1] != row_bytes) {
@@ -249,25 +299,29 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
                 "must be " + std::to_string(row_bytes) +
                     " for fp8_ds_v4 (tokens sit at 576-byte blocks, their scales after the page's last block)");
   }
-  if (p > 1 && kv.pages.stride[1] < row_bytes) {
-    return fail(pages + ".stride[1]", kv.pages.stride[1], "must be >= row_bytes=" + std::to_string(row_bytes));
-  }
-  const int64_t min_page_stride = (p - 1) * kv.pages.stride[1] + row_bytes;
-  if (kv.num_pages() > 1 && kv.pages.stride[0] < min_page_stride) {
-    return fail(pages + ".stride[0]", kv.pages.stride[0],
-                "must be >= " + std::to_string(min_page_stride) + " (pages must not overlap)");
-  }
-  if (kv.format == KvFormat::kFP8E4M3 && kv.kv_scale == nullptr) {
-    MLAKIT_TRY(positive_finite(field(name, "kv_scale_value"), kv.kv_scale_value, "used when kv_scale is null"));
-  }
-  return {};
+  MLAKIT_TRY(page_strides(kv.pages, pages, row_bytes));
+  return kv_scale_value(kv, name);
 }
 
+
 Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv,
-                            const ContextShard& shard) {
+                            const ContextShard& shard, const TensorView& indptr) {
   const int64_t p = kv.page_size();
-  const int64_t max_pages = block_table.shape[1];
+  const bool flat = indptr.defined();
+  const auto ptr_at = [&](int64_t i) { return int64_t(indptr.ptr<const int32_t>()[i * indptr.stride[0]]); };
   for (int64_t b = 0; b < seq_lens.shape[0]; ++b) {
+    // Request b's pages: row b of the table, or [indptr[b], indptr[b + 1]) of the flat list.
+    int64_t first = b * block_table.stride[0], max_pages = flat ? 0 : block_table.shape[1];
+    std::string row_name = "block_table[" + std::to_string(b) + "][";
+    if (flat) {
+      const std::string begin_field = "block_table_indptr[" + std::to_string(b) + "]";
+      MLAKIT_TRY(range(begin_field, ptr_at(b), 0, block_table.shape[0], "entries of block_table"));
+      MLAKIT_TRY(range("block_table_indptr[" + std::to_string(b + 1) + "]", ptr_at(b + 1), ptr_at(b),
+                       block_table.shape[0], begin_field + " .. entries of block_table"));
+      first = ptr_at(b) * block_table.stride[0];
+      max_pages = ptr_at(b + 1) - ptr_at(b);
+      row_name = "block_table[" + begin_field + " + ";
+    }
     const int64_t global_len = seq_lens.ptr<const int32_t>()[b * seq_lens.stride[0]];
     const std::string len_field = "seq_lens[" + std::to_string(b) + "]";
     if (shard.sharded()) MLAKIT_TRY(range(len_field, global_len, 0, INT32_MAX, "a token count"));
@@ -278,13 +332,15 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
                       std::to_string(len) + " of these tokens, more than max_pages * page_size = " +
                       std::to_string(max_pages * p));
     }
-    MLAKIT_TRY(range(len_field, len, 0, max_pages * p, "max_pages * page_size"));
+    MLAKIT_TRY(range(len_field, len, 0, max_pages * p,
+                     flat ? "the request's pages in block_table_indptr * page_size" : "max_pages * page_size"));
     const int64_t pages_used = (len + p - 1) / p;
-    const int32_t* row = block_table.ptr<const int32_t>() + b * block_table.stride[0];
+    const int32_t* row = block_table.ptr<const int32_t>() + first;
+    const int64_t step = flat ? block_table.stride[0] : 1;
     for (int64_t i = 0; i < pages_used; ++i) {
-      if (row[i] >= 0 && row[i] < kv.num_pages()) continue;  // the message is built for a failure only
-      return range("block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]", row[i], 0,
-                   kv.num_pages() - 1, "a page of the cache, used by " + len_field);
+      const int32_t page = row[i * step];
+      if (page >= 0 && page < kv.num_pages()) continue;  // the message is built for a failure only
+      return range(row_name + std::to_string(i) + "]", page, 0, kv.num_pages() - 1, "a page of the cache, used by " + len_field);
     }
   }
   return {};

@@ -76,9 +76,10 @@ enum class PageRule { kPowerOfTwo, kAny };
 Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
                 PageRule page_rule = PageRule::kPowerOfTwo);
 
-/// For CPU-resident inputs only: L_b in [0, max_pages * P] and every page in use in [0, num_pages).
+/// For CPU-resident inputs only: L_b in [0, max_pages * P] and every page in use in [0, num_pages). With `indptr`
+/// (decode's block_table_indptr), block_table is the flat list and request b's max_pages is indptr[b + 1] - indptr[b].
 Status block_table_contents(const TensorView& block_table, const TensorView& seq_lens, const KvCacheView& kv,
-                            const ContextShard& shard = {});
+                            const ContextShard& shard = {}, const TensorView& indptr = {});
 /// A context shard (docs/spec.md section 11): world >= 1, rank in [0, world), interleave >= 1,
 /// world x interleave <= kMaxShardCycle. `name` prefixes the fields ("shard").
 Status context_shard(const ContextShard& shard, std::string_view name);

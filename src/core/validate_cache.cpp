@@ -94,7 +94,8 @@ Status AppendKvProblem::validate() const {
   const bool q_written = q.defined() && positions.defined();
   const check::Operand q_op = check::operand(q, "q"), none{};
   MLAKIT_TRY(check::no_alias(
-      {check::operand(cache.pages, "cache.pages"), q_written ? q_op : none, check::operand(q_fp8, "q_fp8")},
+      {check::operand(cache.pages, "cache.pages"), check::operand(cache.k_pe, "cache.k_pe"), q_written ? q_op : none,
+       check::operand(q_fp8, "q_fp8")},
       {check::operand(kv_c, "kv_c"), check::operand(k_pe, "k_pe"), check::operand(slot_mapping, "slot_mapping"),
        check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin"), q_written ? none : q_op,
        check::scalar_operand(q_fp8.defined() ? q_scale : nullptr, "q_scale", dev), kv_scale_operand(cache)}));
@@ -129,7 +130,8 @@ Status GatherKvProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out"));
   }
   MLAKIT_TRY(check::no_alias({check::operand(out, "out")},
-                             {check::operand(cache.pages, "cache.pages"), kv_scale_operand(cache),
+                             {check::operand(cache.pages, "cache.pages"), check::operand(cache.k_pe, "cache.k_pe"),
+                              kv_scale_operand(cache),
                               check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens"),
                               check::operand(cu_out, "cu_out")}));
   if (dev.is_cpu()) {

@@ -75,18 +75,31 @@ Status DecodeProblem::validate() const {
   }
   MLAKIT_TRY(validate_decode_common(q, kv, out, lse, softmax_scale, check::PageRule::kPowerOfTwo));
   const int64_t b = batch();
-  MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 2, "[b, max_pages]"));
+  if (block_table_indptr.defined()) {
+    // The flat form (FlashInfer's kv_indices / kv_indptr): one list of every request's pages.
+    MLAKIT_TRY(check::tensor(block_table_indptr, "block_table_indptr", {DType::kInt32}, 1, "[b + 1]"));
+    MLAKIT_TRY(check::same_device(block_table_indptr, "block_table_indptr", q.device, "q"));
+    MLAKIT_TRY(check::dim(block_table_indptr, "block_table_indptr", 0, b + 1, "b + 1"));
+    MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 1, "[n] (flat, with block_table_indptr)"));
+    MLAKIT_TRY(check::range("block_table.shape[0]", block_table.shape[0], 0, INT32_MAX, "pages listed"));
+  } else {
+    MLAKIT_TRY(check::tensor(block_table, "block_table", {DType::kInt32}, 2, "[b, max_pages]"));
+    MLAKIT_TRY(check::dim(block_table, "block_table", 0, b, "b"));
+    MLAKIT_TRY(check::range("block_table.shape[1]", block_table.shape[1], 1, INT32_MAX, "max_pages"));
+  }
   MLAKIT_TRY(check::same_device(block_table, "block_table", q.device, "q"));
-  MLAKIT_TRY(check::dim(block_table, "block_table", 0, b, "b"));
-  MLAKIT_TRY(check::range("block_table.shape[1]", block_table.shape[1], 1, INT32_MAX, "max_pages"));
   MLAKIT_TRY(check::tensor(seq_lens, "seq_lens", {DType::kInt32}, 1, "[b]"));
   MLAKIT_TRY(check::same_device(seq_lens, "seq_lens", q.device, "q"));
   MLAKIT_TRY(check::dim(seq_lens, "seq_lens", 0, b, "b"));
   MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse")},
-                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
-                              check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens")}));
+                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"),
+                              check::operand(kv.k_pe, "kv.k_pe"), kv_scale_operand(kv),
+                              check::operand(block_table, "block_table"), check::operand(seq_lens, "seq_lens"),
+                              check::operand(block_table_indptr, "block_table_indptr")}));
   MLAKIT_TRY(check::context_shard(shard, "shard"));
-  if (q.device.is_cpu()) MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, kv, shard));
+  if (q.device.is_cpu()) {
+    MLAKIT_TRY(check::block_table_contents(block_table, seq_lens, kv, shard, block_table_indptr));
+  }
   return {};
 }
 
@@ -152,9 +165,11 @@ Status SparseDecodeProblem::validate() const {
   }
   MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse"),
                               check::operand(max_logits, "max_logits")},
-                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"), kv_scale_operand(kv),
+                             {check::operand(q, "q"), check::operand(kv.pages, "kv.pages"),
+                              check::operand(kv.k_pe, "kv.k_pe"), kv_scale_operand(kv),
                               check::operand(indices, "indices"), check::operand(topk_length, "topk_length"),
                               check::operand(attn_sink, "attn_sink"), check::operand(extra_kv.pages, "extra_kv.pages"),
+                              check::operand(extra_kv.k_pe, "extra_kv.k_pe"),
                               kv_scale_operand(extra_kv, "extra_kv.kv_scale"),
                               check::operand(extra_indices, "extra_indices"),
                               check::operand(extra_topk_length, "extra_topk_length")}));

@@ -14,16 +14,21 @@
 namespace mlakit::reference {
 namespace {
 
-/// Dequantised rows [0, len) of request `b` (its local tokens when sharded): token t is row t % P of page
-/// block_table[b][t / P].
-/// Only block-table entries < ceil(L_b / P) and rows < L_b are read.
+/// Page k of request b: block_table[b][k], or block_table[block_table_indptr[b] + k] in the flat form.
+int64_t request_page(const DecodeProblem& p, int64_t b, int64_t k) {
+  if (!p.block_table_indptr.defined()) return load_int(p.block_table, offset_of(p.block_table, b, k));
+  const int64_t first = load_int(p.block_table_indptr, offset_of(p.block_table_indptr, b));
+  return load_int(p.block_table, offset_of(p.block_table, first + k));
+}
+
+/// Dequantised rows [0, len) of request `b` (its local tokens when sharded): token t is row t % P of the request's
+/// page t / P. Only pages < ceil(L_b / P) and rows < L_b are read.
 std::vector<float> load_request_rows(const DecodeProblem& p, int64_t b, int64_t len) {
   const int64_t d_qk = p.kv.dims.d_qk();
   const int64_t page_size = p.kv.page_size();
   std::vector<float> rows(static_cast<size_t>(len * d_qk));
   parallel_for(len, [&](int64_t t) {
-    const int64_t page = load_int(p.block_table, offset_of(p.block_table, b, t / page_size));
-    decode_kv_token(p.kv, page, t % page_size, rows.data() + t * d_qk);
+    decode_kv_token(p.kv, request_page(p, b, t / page_size), t % page_size, rows.data() + t * d_qk);
   });
   return rows;
 }

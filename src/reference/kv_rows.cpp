@@ -92,56 +92,83 @@ void encode_ds_v4(const float* values, const DsV4Token& t) {
     store_u16(t.block + ds_v4::kRopeOffset + 2 * i, float_to_bf16(values[ds_v4::kDimC + i]));
 }
 
+/// `n` values of an element format (bf16, fp16, fp8_e4m3) from `src` into `out`.
+void decode_elements(const KvCacheView& cache, const uint8_t* src, int64_t n, float* out) {
+  switch (cache.format) {
+    case KvFormat::kBF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(load_u16(src + 2 * i));
+      return;
+    case KvFormat::kFP16:
+      for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_float(load_u16(src + 2 * i));
+      return;
+    case KvFormat::kFP8E4M3: {
+      const float kv_scale = kv_scale_of(cache);
+      for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(src[i]) * kv_scale;
+      return;
+    }
+    case KvFormat::kFP8DsMla:
+    case KvFormat::kFP8DsV4: break;  // packed rows: not element formats
+  }
+}
+
+/// `n` values into an element format (bf16, fp16, fp8_e4m3) at `dst`.
+void encode_elements(const KvCacheView& cache, const float* values, int64_t n, uint8_t* dst) {
+  switch (cache.format) {
+    case KvFormat::kBF16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, float_to_bf16(values[i]));
+      return;
+    case KvFormat::kFP16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, float_to_fp16(values[i]));
+      return;
+    case KvFormat::kFP8E4M3: {
+      const float kv_scale = kv_scale_of(cache);
+      for (int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3(values[i] / kv_scale);
+      return;
+    }
+    case KvFormat::kFP8DsMla:
+    case KvFormat::kFP8DsV4: break;  // packed rows: not element formats
+  }
+}
+
+/// A split cache (docs/spec.md section 4) holds kv_c of token `row` of page `page` in pages, its k_pe here.
+uint8_t* split_k_pe_ptr(const KvCacheView& cache, int64_t page, int64_t row) {
+  return static_cast<uint8_t*>(cache.k_pe.data) + page * cache.k_pe.stride[0] + row * cache.k_pe.stride[1];
+}
+
 }  // namespace
 
 void decode_kv_token(const KvCacheView& cache, int64_t page, int64_t row, float* out) {
   if (cache.format == KvFormat::kFP8DsV4) return decode_ds_v4(ds_v4_token(cache, page, row), out);
+  if (cache.split()) {
+    decode_elements(cache, kv_row_ptr(cache, page, row), cache.dims.d_c, out);
+    decode_elements(cache, split_k_pe_ptr(cache, page, row), cache.dims.d_r, out + cache.dims.d_c);
+    return;
+  }
   decode_kv_row(cache, kv_row_ptr(cache, page, row), out);
 }
 
 void encode_kv_token(const KvCacheView& cache, const float* values, int64_t page, int64_t row) {
   if (cache.format == KvFormat::kFP8DsV4) return encode_ds_v4(values, ds_v4_token(cache, page, row));
+  if (cache.split()) {
+    encode_elements(cache, values, cache.dims.d_c, kv_row_ptr_mut(cache, page, row));
+    encode_elements(cache, values + cache.dims.d_c, cache.dims.d_r, split_k_pe_ptr(cache, page, row));
+    return;
+  }
   encode_kv_row(cache, values, kv_row_ptr_mut(cache, page, row));
 }
 
 float kv_scale_of(const KvCacheView& cache) { return cache.kv_scale ? *cache.kv_scale : cache.kv_scale_value; }
 
 void decode_kv_row(const KvCacheView& cache, const uint8_t* row, float* out) {
-  const int64_t d_qk = cache.dims.d_qk();
-  switch (cache.format) {
-    case KvFormat::kBF16:
-      for (int64_t i = 0; i < d_qk; ++i) out[i] = bf16_to_float(load_u16(row + 2 * i));
-      return;
-    case KvFormat::kFP16:
-      for (int64_t i = 0; i < d_qk; ++i) out[i] = fp16_to_float(load_u16(row + 2 * i));
-      return;
-    case KvFormat::kFP8E4M3: {
-      const float kv_scale = kv_scale_of(cache);
-      for (int64_t i = 0; i < d_qk; ++i) out[i] = e4m3_to_float(row[i]) * kv_scale;
-      return;
-    }
-    case KvFormat::kFP8DsMla: decode_ds_mla(row, out); return;
-    case KvFormat::kFP8DsV4: break;  // not a row format: decode_kv_token
-  }
+  if (cache.format == KvFormat::kFP8DsMla) return decode_ds_mla(row, out);
+  if (cache.format == KvFormat::kFP8DsV4) return;  // not a row format: decode_kv_token
+  decode_elements(cache, row, cache.dims.d_qk(), out);
 }
 
 void encode_kv_row(const KvCacheView& cache, const float* values, uint8_t* row) {
-  const int64_t d_qk = cache.dims.d_qk();
-  switch (cache.format) {
-    case KvFormat::kBF16:
-      for (int64_t i = 0; i < d_qk; ++i) store_u16(row + 2 * i, float_to_bf16(values[i]));
-      return;
-    case KvFormat::kFP16:
-      for (int64_t i = 0; i < d_qk; ++i) store_u16(row + 2 * i, float_to_fp16(values[i]));
-      return;
-    case KvFormat::kFP8E4M3: {
-      const float kv_scale = kv_scale_of(cache);
-      for (int64_t i = 0; i < d_qk; ++i) row[i] = float_to_e4m3(values[i] / kv_scale);
-      return;
-    }
-    case KvFormat::kFP8DsMla: encode_ds_mla(values, row); return;
-    case KvFormat::kFP8DsV4: break;  // not a row format: encode_kv_token
-  }
+  if (cache.format == KvFormat::kFP8DsMla) return encode_ds_mla(values, row);
+  if (cache.format == KvFormat::kFP8DsV4) return;  // not a row format: encode_kv_token
+  encode_elements(cache, values, cache.dims.d_qk(), row);
 }
 
 }  // namespace mlakit::reference

@@ -22,17 +22,17 @@ inline uint8_t* kv_row_ptr_mut(const KvCacheView& cache, int64_t page, int64_t r
 }
 
 /// Dequantises one row into `out[0, d_qk)` as float32. Row formats only: an fp8_ds_v4 token is not one row of
-/// bytes (its scales sit elsewhere in the page); use decode_kv_token.
+/// bytes (its scales sit elsewhere in the page), nor is a token of a split cache; use decode_kv_token.
 void decode_kv_row(const KvCacheView& cache, const uint8_t* row, float* out);
 
 /// Quantises `values[0, d_qk)` into one row in the cache's format (the writer rules of docs/spec.md 4). Row
 /// formats only, as decode_kv_row.
 void encode_kv_row(const KvCacheView& cache, const float* values, uint8_t* row);
 
-/// Dequantises token `row` of page `page` into `out[0, d_qk)`: every format, fp8_ds_v4 included.
+/// Dequantises token `row` of page `page` into `out[0, d_qk)`: every format, fp8_ds_v4 and split caches included.
 void decode_kv_token(const KvCacheView& cache, int64_t page, int64_t row, float* out);
 
-/// Quantises `values[0, d_qk)` into token `row` of page `page`: every format, fp8_ds_v4 included.
+/// Quantises `values[0, d_qk)` into token `row` of page `page`: every format, fp8_ds_v4 and split caches included.
 void encode_kv_token(const KvCacheView& cache, const float* values, int64_t page, int64_t row);
 
 }  // namespace mlakit::reference

@@ -21,16 +21,17 @@ class ReferenceBackend final : public Backend {
 
   std::vector<Feature> features() const override {
     const std::string any_geometry = "any d_c/d_r; ";
+    const std::string split = "split caches (kv_c, k_pe in two tensors) for bf16, fp16, fp8_e4m3";
     return {
-        {OpKind::kDecode,
-         any_geometry + "q=bf16,fp16; kv=bf16,fp16,fp8_e4m3,fp8_ds_mla,fp8_ds_v4; P=1..256; h_q=1..128; s_q=1..8; causal"},
-        {OpKind::kSparseDecode, any_geometry + "kv=all formats; V as the whole row (DeepSeek V4); extra cache; "
-                                               "topk_length; attn_sink"},
+        {OpKind::kDecode, any_geometry + "q=bf16,fp16; kv=bf16,fp16,fp8_e4m3,fp8_ds_mla,fp8_ds_v4; " + split +
+                              "; block table 2-D or flat with indptr; P=1..256; h_q=1..128; s_q=1..8; causal"},
+        {OpKind::kSparseDecode, any_geometry + "kv=all formats; " + split + "; V as the whole row (DeepSeek V4); "
+                                               "extra cache; topk_length; attn_sink"},
         {OpKind::kPrefill, "any head dims; causal bottom-right; lse"},
         {OpKind::kMerge, "2-way and N-way; in place or out of place; fp32/bf16/fp16"},
-        {OpKind::kAppendKv, "kv=bf16,fp16,fp8_e4m3,fp8_ds_mla,fp8_ds_v4; fused RoPE; q to fp8"},
+        {OpKind::kAppendKv, "kv=bf16,fp16,fp8_e4m3,fp8_ds_mla,fp8_ds_v4; " + split + "; fused RoPE; q to fp8"},
         {OpKind::kRope, "interleaved, neox"},
-        {OpKind::kGatherKv, "all formats -> bf16"},
+        {OpKind::kGatherKv, "all formats -> bf16; " + split},
     };
   }
 

@@ -217,7 +217,8 @@ void DecodeCase::poison_outputs() {
 
 DecodeBuffers DecodeCase::host_buffers() {
   return {q.data(), cache.data(), block_table.data(), seq_lens.data(), out.data(),
-          lse.empty() ? nullptr : lse.data(), nullptr};
+          lse.empty() ? nullptr : lse.data(), nullptr,
+          k_pe_cache.empty() ? nullptr : k_pe_cache.data(), table_indptr.empty() ? nullptr : table_indptr.data()};
 }
 
 DecodeProblem DecodeCase::problem() { return problem(host_buffers(), Device::cpu()); }
@@ -228,8 +229,21 @@ DecodeProblem DecodeCase::problem(const DecodeBuffers& at, Device device) const 
   p.q = TensorView::contiguous(at.q, cfg.q_dtype, {batch, cfg.s_q, cfg.h_q, cfg.dims.d_qk()}, device);
   p.kv = cache_view(at.cache, cfg.format, cfg.dims, num_pages, cfg.page_size, page_stride_bytes, at.kv_scale,
                     cfg.kv_scale, device);
-  p.block_table = TensorView::contiguous(at.block_table, DType::kInt32, {batch, table_columns}, device);
-  p.block_table.stride[0] = table_row_stride;
+  if (table_indptr.empty()) {
+    p.block_table = TensorView::contiguous(at.block_table, DType::kInt32, {batch, table_columns}, device);
+    p.block_table.stride[0] = table_row_stride;
+  } else {
+    p.block_table = TensorView::contiguous(at.block_table, DType::kInt32, {int64_t(block_table.size())}, device);
+    p.block_table_indptr = TensorView::contiguous(at.block_table_indptr, DType::kInt32, {batch + 1}, device);
+  }
+  if (!k_pe_cache.empty()) {
+    const int64_t e = kv_element_bytes(cfg.format), d_c = cfg.dims.d_c;
+    p.kv.pages.shape[2] = p.kv.pages.stride[1] = d_c * e;  // kv_c rows packed back to back in each page
+    p.kv.k_pe = TensorView::contiguous(at.k_pe_cache, DType::kUInt8, {num_pages, cfg.page_size, cfg.dims.d_r * e},
+                                       device);
+    p.kv.k_pe.stride[0] = k_pe_page_stride;
+    p.kv.k_pe.stride[1] = k_pe_row_stride;
+  }
   p.seq_lens = TensorView::contiguous(at.seq_lens, DType::kInt32, {batch}, device);
   p.out = TensorView::contiguous(at.out, cfg.q_dtype, {batch, cfg.s_q, cfg.h_q, cfg.dims.d_v()}, device);
   if (cfg.with_lse) p.lse = TensorView::contiguous(at.lse, DType::kFP32, {batch, cfg.s_q, cfg.h_q}, device);
@@ -259,6 +273,42 @@ DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed
       const int64_t to = c.block_table[size_t(b * c.table_row_stride + k / P)];
       std::memcpy(c.cache.data() + to * c.page_stride_bytes + (k % P) * row_bytes,
                   whole.cache.data() + from * whole.page_stride_bytes + (t % P) * row_bytes, size_t(row_bytes));
+    }
+  }
+  c.poison_outputs();
+  return c;
+}
+
+DecodeCase split_case(const DecodeCase& whole, bool split_cache, bool flat_table) {
+  const DecodeCaseConfig& cfg = whole.config;
+  DecodeCase c = whole;
+  const int64_t P = cfg.page_size;
+  if (split_cache) {
+    constexpr int64_t kPadding = 16;  // poisoned bytes after every k_pe row and after every page of either part
+    const int64_t e = kv_element_bytes(cfg.format);
+    const int64_t row_bytes = e * cfg.dims.d_qk(), c_bytes = e * cfg.dims.d_c, r_bytes = e * cfg.dims.d_r;
+    c.page_stride_bytes = P * c_bytes + kPadding;
+    c.k_pe_row_stride = r_bytes + kPadding;
+    c.k_pe_page_stride = P * c.k_pe_row_stride + kPadding;
+    c.cache.assign(size_t(c.num_pages * c.page_stride_bytes), kPoisonByte);
+    c.k_pe_cache.assign(size_t(c.num_pages * c.k_pe_page_stride), kPoisonByte);
+    for (int64_t page = 0; page < c.num_pages; ++page) {  // poisoned rows stay poisoned in both parts
+      for (int64_t t = 0; t < P; ++t) {
+        const uint8_t* row = whole.cache.data() + page * whole.page_stride_bytes + t * row_bytes;
+        std::memcpy(c.cache.data() + page * c.page_stride_bytes + t * c_bytes, row, size_t(c_bytes));
+        std::memcpy(c.k_pe_cache.data() + page * c.k_pe_page_stride + t * c.k_pe_row_stride, row + c_bytes,
+                    size_t(r_bytes));
+      }
+    }
+  }
+  if (flat_table) {
+    c.block_table.clear();
+    c.table_indptr.assign(1, 0);
+    for (int64_t b = 0; b < c.batch; ++b) {
+      const int64_t used = (int64_t(c.seq_lens[size_t(b)]) + P - 1) / P;
+      for (int64_t k = 0; k < used; ++k) c.block_table.push_back(whole.block_table[size_t(b * whole.table_row_stride + k)]);
+      c.block_table.push_back(kUnusedPage);  // one entry the request owns and must not read
+      c.table_indptr.push_back(int32_t(c.block_table.size()));
     }
   }
   c.poison_outputs();

@@ -64,6 +64,8 @@ struct DecodeBuffers {
   void* out = nullptr;
   void* lse = nullptr;               ///< ignored when the case has no lse
   const float* kv_scale = nullptr;   ///< fp8_e4m3: a scalar on the same device, or null to pass the value
+  const void* k_pe_cache = nullptr;  ///< split caches only (split_case)
+  const void* block_table_indptr = nullptr;  ///< flat block tables only (split_case)
 };
 
 struct DecodeCase {
@@ -80,6 +82,11 @@ struct DecodeCase {
   std::vector<int32_t> seq_lens;     ///< [b]
   std::vector<uint16_t> out;         ///< q_dtype bits [b, s_q, h_q, d_v], poisoned
   std::vector<float> lse;            ///< [b, s_q, h_q], poisoned; empty without lse
+  /// split_case() forms (empty otherwise): the k_pe part of a split cache, whose `cache` then holds kv_c only
+  /// ([num_pages, page_stride_bytes] with rows of d_c values), and the indptr of a flat block_table.
+  std::vector<uint8_t> k_pe_cache;   ///< [num_pages, k_pe_page_stride], rows k_pe_row_stride apart
+  int64_t k_pe_page_stride = 0, k_pe_row_stride = 0;
+  std::vector<int32_t> table_indptr; ///< [b + 1]: block_table is then flat, request b's pages from table_indptr[b]
   /// Dequantised rows of request b: kv_rows[b][t * d_qk + c] for t < L_b (oracle_decode_row of the bytes).
   std::vector<std::vector<float>> kv_rows;
 
@@ -107,6 +114,12 @@ struct DecodeCase {
 /// a cache holding only the tokens the rank owns, at their local indices, in pages drawn from a shuffled pool with
 /// poisoned extra pages, and a block table to match. kv_rows stay the whole request's (vmax over every rank's rows).
 DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed);
+
+/// `whole` with the same rows, q and outputs, held in the alternative forms of docs/spec.md sections 1 and 4 (FlashInfer's
+/// layout): `split_cache` moves each row's k_pe into k_pe_cache (element formats only), each part with poisoned padding
+/// between rows and pages; `flat_table` lists every request's pages in one flat block_table, each list followed by
+/// one kUnusedPage, with table_indptr.
+DecodeCase split_case(const DecodeCase& whole, bool split_cache, bool flat_table);
 
 struct SparseCaseConfig {
   int64_t batch = 2;

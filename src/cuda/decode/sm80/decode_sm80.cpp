@@ -26,11 +26,12 @@ Status shape_for(const DecodeProblem& p, decode::Sm80Shape* s) {
 
 std::vector<Feature> decode_features() {
   return {{OpKind::kDecode,
-           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; P=1,16,32,64,128; "
-           "h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; device-side split-KV plan; sm_80+"}};
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); split caches (kv_c, k_pe in two "
+           "tensors) for bf16, fp16, fp8_e4m3; d_c=512, d_r=64; P=1,16,32,64,128; block table 2-D or flat with "
+           "indptr; h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; device-side split-KV plan; sm_80+"}};
 }
 
-Status decode_supports(const DecodeProblem& p) { return decode::check_decode_common(p, kPath); }
+Status decode_supports(const DecodeProblem& p) { return decode::check_decode_common(p, kPath, /*split=*/true); }
 
 size_t decode_workspace_bytes(const DecodeProblem& p) {
   decode::Sm80Shape s;

@@ -54,11 +54,17 @@ struct RawRow {
 };
 
 /// Copies piece `ch` (RawRow::kPieces) of a row into shared memory at dst; a null row zero-fills it and reads nothing.
+/// A split row (ref.k_pe set: 16-bit and fp8_e4m3 caches) takes its pieces past kv_c from its k_pe part.
 template <KvKind kKind, int kDqk>
 __device__ __forceinline__ void copy_row_piece(uint32_t dst, const RowRef& ref, const uint8_t* any, int ch) {
   using RR = RawRow<kKind, kDqk>;
   const bool valid = ref.row != nullptr;
-  if (kKind != KvKind::kDsV4 || ch < RR::kChunks) {
+  if constexpr (kKind == KvKind::k16Bit || kKind == KvKind::kE4M3) {
+    constexpr int kLatentChunks = RR::kBytes / kDqk * (kDqk - kDimR) / kChunk;  // kv_c's pieces: 64 or 32 (V3)
+    const uint8_t* src = ref.k_pe != nullptr && ch >= kLatentChunks ? ref.k_pe + (ch - kLatentChunks) * kChunk
+                                                                     : ref.row + ch * kChunk;
+    cp_async_16(dst + ch * kChunk, valid ? src : any, valid ? kChunk : 0);
+  } else if (kKind != KvKind::kDsV4 || ch < RR::kChunks) {
     cp_async_16(dst + ch * kChunk, valid ? ref.row + ch * kChunk : any, valid ? kChunk : 0);
   } else {
     cp_async_8(dst + RR::kBytes, valid ? ref.scales : any, valid ? ds_v4::kScaleBytes : 0);
@@ -214,8 +220,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       if constexpr (kSparse) {
         return sparse_row_ref<kKind == KvKind::kDsV4>(p, r, t, main_len, len);
       } else {
-        const int64_t off = dense_row_offset(p, r, t, len);
-        return RowRef{off >= 0 ? p.pages + off : nullptr, nullptr};
+        return dense_row_ref(p, r, t, len);
       }
     };
     // Row `src_lane`'s address from the lane that looked it up (the scale pointer only where the format has one).
@@ -227,6 +232,13 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       if constexpr (kKind == KvKind::kDsV4) {
         ref.scales = reinterpret_cast<const uint8_t*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine.scales), src_lane));
+      }
+      ref.k_pe = nullptr;
+      if constexpr (!kSparse && (kKind == KvKind::k16Bit || kKind == KvKind::kE4M3)) {
+        if (p.k_pe_pages != nullptr) {  // a split cache: the same for every lane, so the warp stays converged
+          ref.k_pe = reinterpret_cast<const uint8_t*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine.k_pe), src_lane));
+        }
       }
       return ref;
     };

@@ -36,7 +36,8 @@ std::vector<Feature> decode_sm90_features() {
   return {{OpKind::kDecode,
            "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16; fp8 from h_q x s_q >= 17); "
            "d_c=512, d_r=64; P=1,16,32,64,128 (TMA for 16-bit caches with P>=16; fp8 dequantised by the producer); "
-           "h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; wgmma + warp-specialised pipeline; device-side "
+           "block table 2-D or flat with indptr; h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; wgmma + "
+           "warp-specialised pipeline; device-side "
            "split-KV plan; sm_90a"}};
 }
 
@@ -60,7 +61,7 @@ Status decode_sm90_available() {
 }
 
 Status decode_sm90_supports(const DecodeProblem& p) {
-  MLAKIT_TRY(decode::check_decode_common(p, kPath));
+  MLAKIT_TRY(decode::check_decode_common(p, kPath, /*split=*/false));
   return decode::sm90::check_fp8_rows(p.kv.format, decode::query_rows(p), kPath);
 }
 

@@ -144,7 +144,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
   for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
-    const int32_t* table = p.block_table + int64_t(pc.req) * p.block_table_stride;
+    const int32_t* table = request_pages(p, pc.req);
     for (int32_t j = 0; j < pc.n_tiles; ++j, ++g) {
       const uint32_t st = g & 1;
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once

@@ -57,6 +57,27 @@ Status check_pages(const KvCacheView& kv, const char* name, const std::string& p
   return {};
 }
 
+/// A split cache (kv_c and k_pe in two tensors) where `path` reads each row from one tensor.
+Status refuse_split(const KvCacheView& kv, const char* name, const std::string& path) {
+  if (!kv.split()) return {};
+  return Status::not_supported(std::string(name) + ".k_pe: a split cache (kv_c and k_pe in two tensors) is read by the "
+                               "portable 'cuda' dense decode only; " + path + " reads each row from one tensor");
+}
+
+/// The k_pe part of a split cache: 16-byte aligned like the pages, which check_pages checks.
+Status check_k_pe(const KvCacheView& kv, const std::string& path) {
+  if (!aligned(kv.k_pe.data)) {
+    return Status::not_supported("kv.k_pe.data: must be 16-byte aligned (" + path + " copies 16-byte pieces)");
+  }
+  for (int d = 0; d < 2; ++d) {
+    if (kv.k_pe.shape[d] > 1 && kv.k_pe.stride[d] % kAlignBytes != 0) {
+      return Status::not_supported("kv.k_pe.stride[" + std::to_string(d) + "]=" + std::to_string(kv.k_pe.stride[d]) +
+                                   ": must be a multiple of 16 bytes for " + path);
+    }
+  }
+  return {};
+}
+
 /// The geometry: DeepSeek V3's (d_c 512, d_r 64, V the first d_c columns) on every path; V4's (d_c 448, d_r 64, V
 /// the whole row, q bf16) where `v4` says the path has its kernels.
 Status check_geometry(const TensorView& q, const KvCacheView& kv, const std::string& path, bool v4) {
@@ -208,9 +229,11 @@ KvKind kv_kind(KvFormat f) {
 
 int64_t query_rows(const DecodeProblem& p) { return p.s_q() * p.h_q(); }
 
-Status check_decode_common(const DecodeProblem& p, const char* path_name) {
+Status check_decode_common(const DecodeProblem& p, const char* path_name, bool split) {
   const std::string path = path_name;
   MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, /*v4=*/false));
+  if (!split) MLAKIT_TRY(refuse_split(p.kv, "kv", path));
+  if (p.kv.split()) MLAKIT_TRY(check_k_pe(p.kv, path));
   const int64_t ps = p.kv.page_size();
   bool page_ok = false;
   for (int64_t v : kPageSizes) page_ok = page_ok || v == ps;
@@ -218,8 +241,10 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name) {
     return Status::not_supported("kv.page_size=" + std::to_string(ps) + ": " + path + " supports page sizes " +
                                  kPageSizesText);
   }
-  if (!p.block_table.device.is_cuda() || !p.seq_lens.device.is_cuda()) {
-    return Status::not_supported("block_table and seq_lens: must be on the CUDA device (the plan reads them there)");
+  if (!p.block_table.device.is_cuda() || !p.seq_lens.device.is_cuda() ||
+      (p.block_table_indptr.defined() && !p.block_table_indptr.device.is_cuda())) {
+    return Status::not_supported(
+        "block_table, block_table_indptr and seq_lens: must be on the CUDA device (the plan and kernels read them there)");
   }
   return {};
 }
@@ -227,6 +252,8 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name) {
 Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, SparseCaps caps) {
   const std::string path = path_name;
   MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, caps.v4));
+  MLAKIT_TRY(refuse_split(p.kv, "kv", path));
+  MLAKIT_TRY(refuse_split(p.extra_kv, "extra_kv", path));
   const auto on_device = [&](const TensorView& t, const char* name) -> Status {
     if (t.defined() && !t.device.is_cuda()) {
       return Status::not_supported(std::string(name) + ": must be on the CUDA device (" + path + " reads it there)");
@@ -314,6 +341,12 @@ DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partition
   d.page_shift = shift;
   d.block_table = static_cast<const int32_t*>(p.block_table.data);
   d.block_table_stride = p.block_table.stride[0];
+  if (p.block_table_indptr.defined()) d.block_table_indptr = static_cast<const int32_t*>(p.block_table_indptr.data);
+  if (p.kv.split()) {
+    d.k_pe_pages = static_cast<const uint8_t*>(p.kv.k_pe.data);
+    d.k_pe_page_stride_bytes = p.kv.k_pe.stride[0];
+    d.k_pe_row_stride_bytes = p.kv.k_pe.stride[1];
+  }
   const WorkspaceLayout w = layout_for(p, partitions);
   d.lens = dense_lengths(p, ws, w);
   d.batch = int32_t(p.batch());

@@ -19,8 +19,9 @@ KvKind kv_kind(KvFormat f);
 int64_t query_rows(const DecodeProblem& p);
 
 /// Checks every CUDA decode path makes (geometry, page sizes, q dtype against a 16-bit cache, 16-byte
-/// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages.
-Status check_decode_common(const DecodeProblem& p, const char* path);
+/// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages. `split`: whether
+/// the path reads split caches (kv.k_pe).
+Status check_decode_common(const DecodeProblem& p, const char* path, bool split);
 /// What a sparse path serves beyond DeepSeek V3's geometry: V4's geometry (d_c 448, whole-row V, q bf16) with its
 /// fp8_ds_v4 format, the extra cache and max_logits. The portable path serves all three; the Hopper path max_logits.
 struct SparseCaps {

@@ -102,8 +102,13 @@ struct DecodeParams {
   const uint8_t* pages;      // [num_pages, P, row_bytes]
   int64_t page_stride_bytes, row_stride_bytes;  // fp8_ds_v4: row_stride_bytes is the token block's 576 bytes
   int32_t page_shift;        // log2(P)
+  // A split cache (docs/spec.md section 4; portable dense decode only): row t's k_pe columns live here, with their own
+  // strides, and `pages` holds only its kv_c columns. Null: the row holds both.
+  const uint8_t* k_pe_pages;
+  int64_t k_pe_page_stride_bytes, k_pe_row_stride_bytes;
   const int32_t* block_table;  // [b, max_pages]; dense decode only
   int64_t block_table_stride;
+  const int32_t* block_table_indptr;  // [b + 1] or null: block_table is then one flat list, request r's from [r]
   RequestLengths lens;         // seq_lens (dense) or topk_length (sparse)
   void* out;                 // T [b, s_q, h_q, d_v]
   int64_t out_stride_b, out_stride_s, out_stride_h;

@@ -81,6 +81,7 @@ __device__ inline int64_t sparse_row_offset(const DecodeParams& p, int32_t r, in
 struct RowRef {
   const uint8_t* row;
   const uint8_t* scales;
+  const uint8_t* k_pe = nullptr;  // a split cache: the row's k_pe columns (row then holds kv_c only)
 };
 
 /// Sparse decode (docs/spec.md sections 2 and 2.1) with the extra cache: index columns [0, main_len) of plan request r
@@ -108,12 +109,28 @@ __device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_
   return ref;
 }
 
+/// Dense decode: the page list of request r, row r of the block table or its part of the flat list.
+__device__ inline const int32_t* request_pages(const DecodeParams& p, int32_t r) {
+  return p.block_table + (p.block_table_indptr != nullptr ? int64_t(p.block_table_indptr[r])
+                                                           : int64_t(r) * p.block_table_stride);
+}
+
 /// Dense decode: byte offset in the pool of token t of request r, found through the block table, or -1 when t is
 /// at or past the request's length (never dereferenced).
 __device__ inline int64_t dense_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
   if (t >= len) return -1;
-  const int32_t page = p.block_table[int64_t(r) * p.block_table_stride + (t >> p.page_shift)];
+  const int32_t page = request_pages(p, r)[t >> p.page_shift];
   return int64_t(page) * p.page_stride_bytes + (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
+}
+
+/// Dense decode for the portable kernel: token t of request r as a RowRef (both parts of a split cache), or no row.
+__device__ inline RowRef dense_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+  if (t >= len) return RowRef{nullptr, nullptr};
+  const int64_t page = request_pages(p, r)[t >> p.page_shift];
+  const int64_t slot = t & ((int64_t(1) << p.page_shift) - 1);
+  RowRef ref{p.pages + page * p.page_stride_bytes + slot * p.row_stride_bytes, nullptr};
+  if (p.k_pe_pages != nullptr) ref.k_pe = p.k_pe_pages + page * p.k_pe_page_stride_bytes + slot * p.k_pe_row_stride_bytes;
+  return ref;
 }
 
 /// The byte offset of KV token (dense) or index column (sparse) t of plan request r, or -1 for no row.
