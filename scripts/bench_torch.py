@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Host and GPU time per call of MLAKit's torch custom ops and of mlakit.compat.flashmla (issue 11 item 1), with a
+"""Host and GPU time per call of MLAKit's torch custom ops, mlakit.compat.flashmla and mlakit.compat.flashinfer (issue 11
+item 1), with a
 breakdown of where a decode call's host time goes, and MLAKit's prefill against torch's cuDNN attention in the same
 run (issue 10's anchor, timed the same way). Needs a CUDA device, torch and the mlakit package.
 
@@ -7,7 +8,7 @@ Host us: 200 calls enqueued back to back without synchronisation (the GPU synchr
 measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
 flushed (256 MB written) before each. Prints a table; --json FILE writes every row.
 
-    PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json]
+    PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json] [--sections decode,sparse,prefill]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 
 import mlakit
 import mlakit.torch  # noqa: F401  (registers torch.ops.mlakit)
+from mlakit.compat.flashinfer import BatchMLAPagedAttentionWrapper
 from mlakit.compat.flashmla import flash_mla_with_kvcache, get_mla_metadata
 
 TAU = 0.13523378
@@ -92,6 +94,25 @@ def rows_decode(reps: int):
         flash = lambda: flash_mla_with_kvcache(q, cache.view(-1, P, 1, D_C + D_R), table, lens, D_C, meta, splits,  # noqa: E731
                                                softmax_scale=TAU)
         rows.append((shape, "mlakit.compat.flashmla", host_us(flash), gpu_ms(flash, reps)))
+        rows += rows_flashinfer(shape, q, cache, table, lens, reps)
+    return rows
+
+
+def rows_flashinfer(shape, q, cache, table, lens, reps: int):
+    """FlashInfer's wrapper over the same rows: CSR page lists, q in two parts, the cache as two column slices of one
+    array (read as one joined cache) and as two separate arrays (a split cache: the portable path)."""
+    b, _, h_q, _ = q.shape
+    wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.int8, device="cuda"))
+    indptr = torch.arange(b + 1, dtype=torch.int32, device="cuda") * table.shape[1]
+    wrapper.plan(torch.arange(b + 1, dtype=torch.int32), indptr, table.reshape(-1), lens, h_q, D_C, D_R, P, False,
+                 TAU, torch.bfloat16, torch.bfloat16)
+    q_nope, q_pe = q[:, 0, :, :D_C].contiguous(), q[:, 0, :, D_C:].contiguous()
+    rows = []
+    for label, ckv, kpe in (("one array", cache[..., :D_C], cache[..., D_C:]),
+                            ("ckv, kpe apart", cache[..., :D_C].contiguous(), cache[..., D_C:].contiguous())):
+        run = lambda: wrapper.run(q_nope, q_pe, ckv, kpe)  # noqa: E731
+        gpu = gpu_ms(run, reps)
+        rows.append((shape, f"mlakit.compat.flashinfer ({label}: {wrapper.mlakit_backend})", host_us(run), gpu))
     return rows
 
 
@@ -147,10 +168,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="")
+    ap.add_argument("--sections", default="decode,sparse,prefill", help="comma-separated: decode, sparse, prefill")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_torch.py needs a CUDA device")
-    rows = rows_decode(args.reps) + rows_sparse_and_append(args.reps) + rows_prefill(args.reps)
+    sections = {"decode": rows_decode, "sparse": rows_sparse_and_append, "prefill": rows_prefill}
+    rows = [r for name in args.sections.split(",") for r in sections[name](args.reps)]
     print(f"\nmlakit {mlakit.__version__} + torch {torch.__version__} on {torch.cuda.get_device_name()}: host us per "
           f"eager call ({HOST_CALLS} calls, no sync), GPU ms (median of {args.reps}, L2 flushed)")
     print(f"{'shape':<40} {'call':<50} {'host us':>9} {'GPU ms':>9}")

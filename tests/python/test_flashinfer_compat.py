@@ -185,7 +185,7 @@ def sm90_serves_joined():
 def test_run_matches_the_reference_on_cuda(rng, s_q, causal, page_size, joined):
     h = 16 if s_q == 1 else 128
     step = make_step(rng, [0, 1, 300, 2049, 77], s_q, h=h, page_size=page_size)
-    wrapper = BatchMLAPagedAttentionWrapper(torch.empty(32 << 20, dtype=torch.int8, device="cuda"))
+    wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.int8, device="cuda"))
     plan(wrapper, step, h, causal, put=to_cuda)
     ckv, kpe = caches(step, joined, put=to_cuda)
     out, lse = wrapper.run(to_cuda(step["q_nope"]), to_cuda(step["q_pe"]), ckv, kpe, return_lse=True)
@@ -221,7 +221,7 @@ def test_cuda_graph_replays_with_the_next_steps_lengths(rng):
         "kv_indices": torch.zeros(capacity, dtype=torch.int32, device="cuda"),
         "kv_len_arr": torch.zeros(b, dtype=torch.int32, device="cuda"),
     }
-    wrapper = BatchMLAPagedAttentionWrapper(torch.empty(32 << 20, dtype=torch.int8, device="cuda"),
+    wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.int8, device="cuda"),
                                             use_cuda_graph=True, **buffers)
     first = make_step(rng, [5, 100, 0, 33], 1, h=h, page_size=page_size, spare_pages=40)
     first["cache"] = rng.uniform(-1, 1, first["cache"].shape).astype(BF16)  # every page may be listed next step
