@@ -74,7 +74,7 @@ inline constexpr int64_t kMaxQueryTokens = 8;
 struct DecodeProblem {
   TensorView q;            ///< bf16|fp16 [b, s_q, h_q, d_qk]
   KvCacheView kv;          ///< paged cache
-  TensorView block_table;  ///< int32 [b, max_pages]; entries past ceil(L_b' / P) are never read (L_b' below)
+  TensorView block_table;  ///< int32 [b, max_pages] (or flat [n], below); entries past ceil(L_b' / P) are never read
   TensorView seq_lens;     ///< int32 [b], L_b >= 0 including the s_q new tokens
   /// Optional int32 [b + 1] (FlashInfer's kv_indptr): the page lists of all requests in one flat block_table,
   /// int32 [n]; request b's pages are block_table[block_table_indptr[b] + k], k < ceil(L_b' / P), and must lie

@@ -144,6 +144,9 @@ def copy_into(dst, src):
 
 def as_bytes(x):
     """A flat uint8 view of the contiguous array `x` (a workspace buffer of any dtype)."""
+    contiguous = x.is_contiguous() if is_torch(x) else x.flags.c_contiguous
+    if not contiguous:
+        raise ValueError("workspace buffer: must be contiguous (its bytes are used in place)")
     if is_torch(x):
         import torch
 
@@ -167,7 +170,7 @@ def strides_in_elements(x):
 
 def joined_last_dim(a, b):
     """When `b` holds the columns right after `a`'s in one array (two column slices of one [..., d_a + d_b] array),
-    that array as one view over both; else None. Never copies."""
+    that array as one view over both; else None (always for cupy arrays). Never copies."""
     if type(a) is not type(b) or a.dtype != b.dtype or a.ndim != b.ndim or tuple(a.shape[:-1]) != tuple(b.shape[:-1]):
         return None
     strides = strides_in_elements(a)

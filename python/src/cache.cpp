@@ -9,10 +9,10 @@ constexpr int kHeadDim = 2;
 constexpr int kCacheRank = 3;
 
 // Drops the unit KV-head dimension of a 4-D cache.
-void squeeze_head_dim(TensorView& v) {
+void squeeze_head_dim(TensorView& v, const char* name) {
   if (v.ndim != kFlashLayoutRank) return;
   if (v.shape[kHeadDim] != 1) {
-    throw_conversion("kv_cache", "4-D cache " + v.describe() +
+    throw_conversion(name, "4-D cache " + v.describe() +
                                      ": dimension 2 (KV heads) must be 1; MLA caches hold one latent head");
   }
   v.shape[2] = v.shape[3];
@@ -53,7 +53,7 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
     : pages_obj_(nb::borrow(pages)), k_pe_obj_(nb::borrow(k_pe)) {
   TensorView v = arrays_.view(pages, name, Access::kWrite);
   const DType element_dtype = v.dtype;
-  squeeze_head_dim(v);
+  squeeze_head_dim(v, name);
   view_as_bytes(v);
   view_.pages = v;
   if (!k_pe.is_none()) {
@@ -62,7 +62,7 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
       throw_conversion("k_pe", r.describe() + ": must have the dtype of " + std::string(name) + " (" +
                                    dtype_name(element_dtype) + ")");
     }
-    squeeze_head_dim(r);
+    squeeze_head_dim(r, "k_pe");
     view_as_bytes(r);
     view_.k_pe = r;
   }

@@ -167,6 +167,19 @@ bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
 
 }  // namespace
 
+bool column_slices(const TensorView& a, int64_t a_row_bytes, const TensorView& b, int64_t b_row_bytes) {
+  if (a.device != b.device || a.ndim != 3 || b.ndim != 3) return false;
+  for (int d = 0; d < 2; ++d) {
+    if (a.shape[d] != b.shape[d] || a.stride[d] != b.stride[d]) return false;
+  }
+  const int64_t row_stride = a.stride[1];
+  if (a.stride[0] < 0 || row_stride < a_row_bytes + b_row_bytes) return false;
+  if (a.shape[1] > 1 && a.stride[0] < a.shape[1] * row_stride) return false;  // pages would interleave rows
+  const auto delta = int64_t(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));
+  return (delta >= a_row_bytes && delta <= row_stride - b_row_bytes) ||
+         (-delta >= b_row_bytes && -delta <= row_stride - a_row_bytes);
+}
+
 bool is_part0(const TensorView& view, const TensorView& parts) { return same_elements_from(view, parts, 1); }
 
 bool same_elements(const TensorView& a, const TensorView& b) { return same_elements_from(a, b, 0); }
@@ -329,7 +342,8 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
     if (shard.sharded() && len > max_pages * p) {
       return fail(len_field, global_len,
                   "shard rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.world) + " holds " +
-                      std::to_string(len) + " of these tokens, more than max_pages * page_size = " +
+                      std::to_string(len) + " of these tokens, more than " +
+                      (flat ? "its pages in block_table_indptr" : "max_pages") + " * page_size = " +
                       std::to_string(max_pages * p));
     }
     MLAKIT_TRY(range(len_field, len, 0, max_pages * p,

@@ -93,12 +93,20 @@ Status AppendKvProblem::validate() const {
   // Written: the cache, q when fused RoPE rotates it in place, q_fp8. q is otherwise only read (for q_fp8).
   const bool q_written = q.defined() && positions.defined();
   const check::Operand q_op = check::operand(q, "q"), none{};
-  MLAKIT_TRY(check::no_alias(
-      {check::operand(cache.pages, "cache.pages"), check::operand(cache.k_pe, "cache.k_pe"), q_written ? q_op : none,
-       check::operand(q_fp8, "q_fp8")},
-      {check::operand(kv_c, "kv_c"), check::operand(k_pe, "k_pe"), check::operand(slot_mapping, "slot_mapping"),
-       check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin"), q_written ? none : q_op,
-       check::scalar_operand(q_fp8.defined() ? q_scale : nullptr, "q_scale", dev), kv_scale_operand(cache)}));
+  // A split cache cut from one [..., d_c + d_r] array: its parts' spans overlap, their bytes do not. Each part is
+  // then checked against everything but the other part.
+  const bool columns = cache.split() && check::column_slices(cache.pages, cache.pages_row_bytes(), cache.k_pe,
+                                                              cache.k_pe_row_bytes());
+  const check::Operand pages_op = check::operand(cache.pages, "cache.pages");
+  const check::Operand k_pe_op = check::operand(cache.k_pe, "cache.k_pe");
+  for (int pass = 0; pass < (columns ? 2 : 1); ++pass) {  // columns: pass 0 without k_pe, pass 1 without pages
+    MLAKIT_TRY(check::no_alias(
+        {columns && pass == 1 ? none : pages_op, columns && pass == 0 ? none : k_pe_op, q_written ? q_op : none,
+         check::operand(q_fp8, "q_fp8")},
+        {check::operand(kv_c, "kv_c"), check::operand(k_pe, "k_pe"), check::operand(slot_mapping, "slot_mapping"),
+         check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin"), q_written ? none : q_op,
+         check::scalar_operand(q_fp8.defined() ? q_scale : nullptr, "q_scale", dev), kv_scale_operand(cache)}));
+  }
   if (positions.defined()) MLAKIT_TRY(positions_contents(positions, cos_sin));
 
   if (dev.is_cpu()) {

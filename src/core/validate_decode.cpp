@@ -114,6 +114,7 @@ Status validate_extra(const SparseDecodeProblem& p, Device dev) {
   const TensorView& extra_topk_length = p.extra_topk_length;
   if (!p.has_extra()) {
     if (extra_kv.pages.defined()) return check::fail("extra_kv.pages", "given", "needs extra_indices");
+    if (extra_kv.k_pe.defined()) return check::fail("extra_kv.k_pe", "given", "needs extra_indices");
     if (extra_topk_length.defined()) return check::fail("extra_topk_length", "given", "needs extra_indices");
     return {};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -281,6 +282,7 @@ DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed
 
 DecodeCase split_case(const DecodeCase& whole, bool split_cache, bool flat_table) {
   const DecodeCaseConfig& cfg = whole.config;
+  if (cfg.shard.sharded()) std::abort();  // the page counts below are the unsharded ones: not for shard_case() output
   DecodeCase c = whole;
   const int64_t P = cfg.page_size;
   if (split_cache) {

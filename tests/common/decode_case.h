@@ -118,7 +118,7 @@ DecodeCase shard_case(const DecodeCase& whole, ContextShard shard, uint64_t seed
 /// `whole` with the same rows, q and outputs, held in the alternative forms of docs/spec.md sections 1 and 4 (FlashInfer's
 /// layout): `split_cache` moves each row's k_pe into k_pe_cache (element formats only), each part with poisoned padding
 /// between rows and pages; `flat_table` lists every request's pages in one flat block_table, each list followed by
-/// one kUnusedPage, with table_indptr.
+/// one kUnusedPage, with table_indptr. Unsharded cases only.
 DecodeCase split_case(const DecodeCase& whole, bool split_cache, bool flat_table);
 
 struct SparseCaseConfig {

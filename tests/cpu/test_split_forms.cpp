@@ -133,6 +133,52 @@ TEST(SplitCache, AppendThenGatherOnTheReference) {
   }
 }
 
+/// The engines' layout: one [num_pages, P, d_c + d_r] array, its kv_c and k_pe columns passed as the two parts. The
+/// parts' spans overlap but no byte is shared, so append_kv (which writes both) accepts them; a real overlap is refused.
+TEST(SplitCache, AppendIntoColumnSlicesOfOneArray) {
+  constexpr int64_t kDc = 16, kDr = 8, kPage = 4, kPages = 2, kRow = 2 * (kDc + kDr);
+  std::vector<uint8_t> joined(kPages * kPage * kRow, 0xFF);
+  KvCacheView kv;
+  kv.format = KvFormat::kBF16;
+  kv.dims = MlaDims{int(kDc), int(kDr)};
+  kv.pages = TensorView::contiguous(joined.data(), DType::kUInt8, {kPages, kPage, 2 * kDc});
+  kv.k_pe = TensorView::contiguous(joined.data() + 2 * kDc, DType::kUInt8, {kPages, kPage, 2 * kDr});
+  for (TensorView* t : {&kv.pages, &kv.k_pe}) {
+    t->stride[0] = kPage * kRow;
+    t->stride[1] = kRow;
+  }
+  std::vector<float> kv_c(kDc), k_pe(kDr);
+  for (int64_t i = 0; i < kDc; ++i) kv_c[size_t(i)] = float(i) - 8.0f;
+  for (int64_t i = 0; i < kDr; ++i) k_pe[size_t(i)] = 0.5f * float(i);
+  std::vector<int64_t> slot = {5};
+  AppendKvProblem a;
+  a.kv_c = TensorView::contiguous(kv_c.data(), DType::kFP32, {1, kDc});
+  a.k_pe = TensorView::contiguous(k_pe.data(), DType::kFP32, {1, kDr});
+  a.slot_mapping = TensorView::contiguous(slot.data(), DType::kInt64, {1});
+  a.cache = kv;
+  ASSERT_TRUE(a.validate().ok()) << a.validate().to_string();
+  ASSERT_TRUE(reference::append_kv(a).ok());
+  // The joined row 5 (page 1, row 1) reads back as one unsplit bf16 row of d_c + d_r values.
+  KvCacheView whole = KvCacheView::contiguous(joined.data(), KvFormat::kBF16, kPages, kPage, kv.dims);
+  std::vector<float> back(kDc + kDr);
+  reference::decode_kv_token(whole, 1, 1, back.data());
+  for (int64_t i = 0; i < kDc + kDr; ++i) EXPECT_EQ(back[size_t(i)], i < kDc ? kv_c[size_t(i)] : k_pe[size_t(i - kDc)]);
+
+  a.cache.k_pe.data = joined.data() + 2 * kDc - 2;  // one bf16 into kv_c's columns: a real overlap
+  const Status s = a.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("cache.pages: overlaps cache.k_pe (bytes [", 0), 0u) << s.message();
+}
+
+TEST(SplitCache, ExtraKpeWithoutExtraIndicesIsRefused) {
+  test::SparseCase c = test::SparseCase::generate(test::SparseCaseConfig{});
+  SparseDecodeProblem p = c.problem();
+  ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+  std::vector<uint8_t> rope(128);
+  p.extra_kv.k_pe = TensorView::contiguous(rope.data(), DType::kUInt8, {1, 1, 128});
+  EXPECT_EQ(p.validate().message(), "extra_kv.k_pe=given: needs extra_indices");
+}
+
 // ---- validation: each case breaks one rule of the two forms and checks the whole message ----
 
 struct FormRule {

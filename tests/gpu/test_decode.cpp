@@ -263,6 +263,56 @@ TEST_P(DecodeForms, SplitCacheAndFlatTableMatchReference) {
   }
 }
 
+/// Every CUDA operation but the portable dense decode addresses each row in one tensor: a split cache is refused by
+/// name (nothing is read: the problems point at device memory that is never touched).
+TEST(SplitCacheRefusals, OtherCudaOpsNameTheSplitCache) {
+  const Backend& cuda = backend_named("cuda");
+  SKIP_UNLESS_AVAILABLE(cuda);
+  const Device dev = Device::cuda(0);
+  DeviceBuffer mem(size_t(8) << 20);
+  ASSERT_NE(mem.ptr, nullptr);
+  uint8_t* base = static_cast<uint8_t*>(mem.ptr);
+  KvCacheView kv;
+  kv.format = KvFormat::kBF16;
+  kv.pages = TensorView::contiguous(base, DType::kUInt8, {2, 16, 1024}, dev);
+  kv.k_pe = TensorView::contiguous(base + (1 << 20), DType::kUInt8, {2, 16, 128}, dev);
+  auto at = [&](int64_t mb) { return static_cast<void*>(base + (mb << 20)); };
+  auto refused = [](const Status& st, const std::string& what) {
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << what << ": " << st.to_string();
+    EXPECT_NE(st.message().find("k_pe"), std::string::npos) << what << ": " << st.message();
+  };
+  {
+    SparseDecodeProblem p;
+    p.q = TensorView::contiguous(at(2), DType::kBF16, {1, 1, 16, 576}, dev);
+    p.kv = kv;
+    p.indices = TensorView::contiguous(at(3), DType::kInt32, {1, 1, 64}, dev);
+    p.out = TensorView::contiguous(at(4), DType::kBF16, {1, 1, 16, 512}, dev);
+    p.softmax_scale = kDeepSeekSoftmaxScale;
+    ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+    refused(cuda.supports(p), "cuda sparse_decode");
+    refused(backend_named("cuda_sm90").supports(p), "cuda_sm90 sparse_decode");
+  }
+  {
+    AppendKvProblem p;
+    p.kv_c = TensorView::contiguous(at(2), DType::kBF16, {4, 512}, dev);
+    p.k_pe = TensorView::contiguous(at(3), DType::kBF16, {4, 64}, dev);
+    p.slot_mapping = TensorView::contiguous(at(4), DType::kInt64, {4}, dev);
+    p.cache = kv;
+    ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+    refused(cuda.supports(p), "cuda append_kv");
+  }
+  {
+    GatherKvProblem p;
+    p.cache = kv;
+    p.block_table = TensorView::contiguous(at(2), DType::kInt32, {1, 2}, dev);
+    p.seq_lens = TensorView::contiguous(at(3), DType::kInt32, {1}, dev);
+    p.cu_out = TensorView::contiguous(at(4), DType::kInt32, {2}, dev);
+    p.out = TensorView::contiguous(at(5), DType::kBF16, {32, 576}, dev);
+    ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
+    refused(cuda.supports(p), "cuda gather_kv");
+  }
+}
+
 std::string forms_name(const ::testing::TestParamInfo<FormsParam>& info) {
   const auto [b, f, p] = info.param;
   return b + "_" + kv_format_name(f) + "_P" + std::to_string(p);

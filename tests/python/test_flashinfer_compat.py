@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mlakit
+import mlakit._arrays
 import reference
 from conftest import BF16, assert_close, assert_lse_close, bf16_tolerance
 from mlakit.compat.flashinfer import BatchMLAPagedAttentionWrapper
@@ -45,7 +46,7 @@ def make_step(rng, lengths, s_q, h, page_size, spare_pages=3):
     }
 
 
-def expected(step, causal):
+def expected(step, causal, tau=TAU):
     """reference.decode over the same rows, with the CSR page lists as a 2-D block table."""
     b = step["kv_len_arr"].shape[0]
     s_q = step["s_q"]
@@ -56,7 +57,7 @@ def expected(step, causal):
         table[i, : len(pages)] = pages
     q = np.concatenate([step["q_nope"], step["q_pe"]], -1)
     h = q.shape[1]
-    out, lse = reference.decode(q.reshape(b, s_q, h, -1), step["cache"], table, step["kv_len_arr"], TAU, causal, D_C)
+    out, lse = reference.decode(q.reshape(b, s_q, h, -1), step["cache"], table, step["kv_len_arr"], tau, causal, D_C)
     vmax = np.zeros((b, s_q, h, 1))
     for i in range(b):
         n = int(step["kv_len_arr"][i])
@@ -120,6 +121,38 @@ def test_a_new_plan_is_used_by_the_next_run(rng):
         ckv, kpe = caches(step, True)
         out, lse = wrapper.run(step["q_nope"], step["q_pe"], ckv, kpe, return_lse=True)
         check(out, lse, expected(step, False), base_e=False)
+
+
+def test_a_new_scale_or_mask_in_plan_is_used(rng):
+    """plan() may change sm_scale and causal with the same shapes: run() must follow (as in FlashInfer)."""
+    step = make_step(rng, [40, 9], 2, h=2, page_size=16)
+    wrapper = BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
+    ckv, kpe = caches(step, False)
+    for causal, scale in ((False, TAU), (True, TAU), (True, 2 * TAU)):
+        wrapper.plan(step["qo_indptr"], step["kv_indptr"], step["kv_indices"], step["kv_len_arr"], 2, D_C, D_R, 16,
+                     causal, scale, None, None)
+        out, lse = wrapper.run(step["q_nope"], step["q_pe"], ckv, kpe, return_lse=True)
+        want = expected(step, causal, scale)
+        check(out, lse, want, base_e=False)
+
+
+def test_column_slices_of_one_array_are_read_as_one_cache(rng):
+    cache = rng.uniform(-1, 1, (3, 4, D_C + D_R)).astype(BF16)
+    joined = mlakit._arrays.joined_last_dim(cache[..., :D_C], cache[..., D_C:])
+    assert joined is not None and joined.shape == cache.shape
+    assert np.array_equal(np.asarray(joined).view(np.uint16), cache.view(np.uint16))
+    apart = np.ascontiguousarray(cache[..., D_C:])
+    assert mlakit._arrays.joined_last_dim(cache[..., :D_C], apart) is None
+    assert mlakit._arrays.joined_last_dim(cache[..., D_C:], cache[..., :D_C]) is None  # the wrong order
+
+
+def test_a_given_lse_is_written_even_without_return_lse(rng):
+    step = make_step(rng, [7, 30], 1, h=2, page_size=16)
+    wrapper = BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
+    plan(wrapper, step, 2, False)
+    lse = np.full((2, 2), np.nan, np.float32)
+    out = wrapper.run(step["q_nope"], step["q_pe"], *caches(step, True), lse=lse)
+    check(out, lse, expected(step, False), base_e=False)
 
 
 def test_unserved_calls_raise_with_the_reason(rng):

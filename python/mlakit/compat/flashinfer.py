@@ -23,7 +23,7 @@ Shapes and conventions are FlashInfer's; every conversion to MLAKit's native one
 * ``q_nope [b * s_q, num_heads, head_dim_ckv]`` and ``q_pe [b * s_q, num_heads, head_dim_kpe]`` are joined into
   MLAKit's absorbed query (one copy of q per call: q is small beside the cache).
 * ``sm_scale`` is MLAKit's ``softmax_scale`` (no default, as in FlashInfer).
-* ``lse [b * s_q, num_heads]`` float32 is returned as FlashInfer defines it: base 2 (``log2`` of the sum of
+* ``lse [b * s_q, num_heads]`` float32 is returned (and a given ``lse`` written) as FlashInfer defines it: base 2 (``log2`` of the sum of
   ``2^(s * log2(e))``, i.e. MLAKit's natural-log LSE times ``log2(e)``), or natural log with
   ``return_lse_base_on_e=True``. A row with no key (``kv_len = 0``) gets ``lse = -inf`` and ``out = 0``.
 * The split-KV schedule: ``plan`` keeps the arrays (copying them into the constructor's buffers when the wrapper
@@ -127,6 +127,10 @@ class BatchMLAPagedAttentionWrapper:
                 raise ValueError(f"{name}: {x.shape[0]} entries, qo_indptr gives {n}")
         arrays = {"kv_indptr": kv_indptr, "kv_indices": kv_indices, "kv_len_arr": kv_len_arr}
         if self._use_cuda_graph:
+            buf = self._buffers["qo_indptr"]  # MLAKit reads qo_indptr on the host only; refilled as FlashInfer does
+            if int(qo_indptr.shape[0]) > int(buf.shape[0]):
+                raise ValueError(f"qo_indptr: {qo_indptr.shape[0]} entries, the CUDA-graph buffer holds {buf.shape[0]}")
+            _arrays.copy_into(buf, _arrays.int32_like(qo_indptr, buf))
             for name, src in arrays.items():  # a captured graph reads these buffers: refill them in place
                 buf = self._buffers[name]
                 if int(src.shape[0]) > int(buf.shape[0]):
@@ -200,7 +204,7 @@ class BatchMLAPagedAttentionWrapper:
         if return_lse and lse is None:
             lse = _arrays.empty(q_nope, (rows, h), _arrays.FLOAT32)
         out4 = _arrays.reshape_view(out, (b, s_q, h, d_c), "out")
-        lse3 = _arrays.reshape_view(lse, (b, s_q, h), "lse") if return_lse else None
+        lse3 = None if lse is None else _arrays.reshape_view(lse, (b, s_q, h), "lse")  # a given lse is written
 
         decode_plan = self._plan_for(q, cache, out4, lse3, joined is not None)
         if self._stale or self._use_cuda_graph:
@@ -208,16 +212,16 @@ class BatchMLAPagedAttentionWrapper:
                              block_table_indptr=step["kv_indptr"])
             self._stale = False
         decode_plan.run(q, cache, out4, lse3)
-        if not return_lse:
-            return out
-        if not return_lse_base_on_e:
+        if lse is not None and not return_lse_base_on_e:
             lse *= _LOG2E  # MLAKit's natural log -> FlashInfer's base 2; -inf stays -inf
-        return out, lse
+        return (out, lse) if return_lse else out
 
     def _plan_for(self, q, cache, out4, lse3, joined: bool):
         """The DecodePlan of this step's shapes: made on the first run, again when a run's shapes differ."""
         step = self._step
-        key = (tuple(int(s) for s in q.shape), str(q.dtype), cache.num_pages, cache.format, joined, lse3 is None)
+        # Everything the DecodePlan fixes at construction: shapes, and plan()'s scale and mask.
+        key = (tuple(int(s) for s in q.shape), str(q.dtype), cache.num_pages, cache.format, joined, lse3 is None,
+               step["sm_scale"], step["causal"])
         if self._decode_plan is None or self._plan_key != key:
             self._decode_plan = mlakit.DecodePlan(
                 q, cache, step["kv_indices"], step["kv_len_arr"], out4, lse3,
