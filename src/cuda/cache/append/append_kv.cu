@@ -4,6 +4,7 @@
 #include "cuda/cache/append/append_kv.cuh"
 #include "cuda/cache/common/host_util.h"
 #include "cuda/common/check.h"
+#include "cuda/common/split_cache.h"
 #include "cuda/ops.h"
 
 namespace mlakit::cuda {
@@ -92,7 +93,7 @@ Status dispatch_format(const AppendKvParams& k, KvFormat f, int64_t q_rows, cuda
 Status append_kv_supports(const AppendKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
-  MLAKIT_TRY(refuse_split_cache(c.k_pe, "append_kv"));
+  MLAKIT_TRY(refuse_split_cache(c, "cache", "the cuda append_kv kernel"));
   const std::string why = "8-element vector chunks of the cuda append_kv kernel";
   MLAKIT_TRY(require_multiple("cache.dims.d_c", c.dims.d_c, kChunk, "elements", why));
   if (p.num_tokens() > 0) MLAKIT_TRY(require_vector_rows(p.kv_c, "kv_c", kVectorLoadBytes, why));

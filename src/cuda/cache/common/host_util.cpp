@@ -61,11 +61,4 @@ Status DeviceGuard::set(Device device) {
   return {};
 }
 
-Status refuse_split_cache(const TensorView& k_pe, std::string_view op) {
-  if (!k_pe.defined()) return {};
-  return unsupported("cache.k_pe", "given",
-                     "the cuda " + std::string(op) + " kernel addresses each row in one tensor; a split cache (kv_c and "
-                     "k_pe in two tensors) runs on the reference backend");
-}
-
 }  // namespace mlakit::cuda::cache

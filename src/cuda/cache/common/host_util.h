@@ -25,10 +25,6 @@ Status require_multiple(std::string_view field, int64_t value, int64_t multiple,
 /// Data pointer aligned to `bytes` and every stride but the last a multiple of bytes / element size.
 Status require_vector_rows(const TensorView& t, std::string_view name, int64_t bytes, std::string_view why);
 
-/// A split cache (cache.k_pe given): the cuda cache kernels address each row in one tensor, so they refuse it by name
-/// (the reference backend reads and writes the split form; docs/spec.md section 4).
-Status refuse_split_cache(const TensorView& k_pe, std::string_view op);
-
 /// log2 of a power of two.
 int log2_exact(int64_t power_of_two);
 

@@ -3,6 +3,7 @@
 #include "cuda/cache/common/host_util.h"
 #include "cuda/cache/gather/gather_kv.cuh"
 #include "cuda/common/check.h"
+#include "cuda/common/split_cache.h"
 #include "cuda/ops.h"
 
 namespace mlakit::cuda {
@@ -57,7 +58,7 @@ Status launch(const GatherKvParams& k, cudaStream_t stream) {
 Status gather_kv_supports(const GatherKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
-  MLAKIT_TRY(refuse_split_cache(c.k_pe, "gather_kv"));
+  MLAKIT_TRY(refuse_split_cache(c, "cache", "the cuda gather_kv kernel"));
   const std::string why = "8-element vector chunks of the cuda gather_kv kernel";
   MLAKIT_TRY(require_multiple("d_qk", c.dims.d_qk(), kChunk, "elements", why));
   if (p.out.shape[0] > 0) MLAKIT_TRY(require_vector_rows(p.out, "out", kOutStoreBytes, why));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/common/check.h"
+#include "cuda/common/split_cache.h"
 #include "cuda/cp/shard.h"
 #include "cuda/decode/smxx/launch.h"
 
@@ -55,13 +56,6 @@ Status check_pages(const KvCacheView& kv, const char* name, const std::string& p
     }
   }
   return {};
-}
-
-/// A split cache (kv_c and k_pe in two tensors) where `path` reads each row from one tensor.
-Status refuse_split(const KvCacheView& kv, const char* name, const std::string& path) {
-  if (!kv.split()) return {};
-  return Status::not_supported(std::string(name) + ".k_pe: a split cache (kv_c and k_pe in two tensors) is read by the "
-                               "portable 'cuda' dense decode only; " + path + " reads each row from one tensor");
 }
 
 /// The k_pe part of a split cache: 16-byte aligned like the pages, which check_pages checks.
@@ -232,7 +226,7 @@ int64_t query_rows(const DecodeProblem& p) { return p.s_q() * p.h_q(); }
 Status check_decode_common(const DecodeProblem& p, const char* path_name, bool split) {
   const std::string path = path_name;
   MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, /*v4=*/false));
-  if (!split) MLAKIT_TRY(refuse_split(p.kv, "kv", path));
+  if (!split) MLAKIT_TRY(refuse_split_cache(p.kv, "kv", path));
   if (p.kv.split()) MLAKIT_TRY(check_k_pe(p.kv, path));
   const int64_t ps = p.kv.page_size();
   bool page_ok = false;
@@ -252,8 +246,8 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name, bool s
 Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, SparseCaps caps) {
   const std::string path = path_name;
   MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, caps.v4));
-  MLAKIT_TRY(refuse_split(p.kv, "kv", path));
-  MLAKIT_TRY(refuse_split(p.extra_kv, "extra_kv", path));
+  MLAKIT_TRY(refuse_split_cache(p.kv, "kv", path));
+  MLAKIT_TRY(refuse_split_cache(p.extra_kv, "extra_kv", path));
   const auto on_device = [&](const TensorView& t, const char* name) -> Status {
     if (t.defined() && !t.device.is_cuda()) {
       return Status::not_supported(std::string(name) + ": must be on the CUDA device (" + path + " reads it there)");
