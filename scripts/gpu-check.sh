@@ -10,6 +10,10 @@
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,
 #   GPU_CHECK_SKIP_CACHE_BENCH=1, GPU_CHECK_SKIP_PYTHON=1, GPU_CHECK_FUZZ_CASES (default 2000);
 #   GPU_CHECK_CP_BENCH=1 adds `mlakit bench --mode cp`. Each stage reuses the build of the last call.
+#   GPU_CHECK_AB_BASE=DIR: after the build, time the decode bench against the source tree DIR (scripts/bench-ab.sh,
+#   base/new alternating; arguments GPU_CHECK_AB_ARGS, default "--preset anchors").
+#   GPU_CHECK_PACK=1: every log goes into OUT_DIR/logs.tgz and only summary.txt, bench.txt, bench.json and ab.txt
+#   stay beside it (a tool that fetches few files back gets everything); default 1 when OUT_DIR is $OUT.
 # Expects .deps/googletest (GoogleTest sources; the GPU machine has no GoogleTest) in the repository root: copy
 # /usr/src/googletest there and carry it. The golden vectors come from the repository (tests/data), unpacked
 # into the build folder when CMake configures.
@@ -19,10 +23,28 @@ OUT_DIR=${1:-${OUT:-$ROOT/gpu-check-out}}
 BUILD=${GPU_CHECK_BUILD:-$ROOT/build-gpu}
 ARCHS=${GPU_CHECK_ARCHS:-90a}
 mkdir -p "$OUT_DIR"
+PACK_DEFAULT=0
+[ -n "${OUT:-}" ] && [ "$(cd "$OUT_DIR" && pwd)" = "$(cd "$OUT" 2>/dev/null && pwd)" ] && PACK_DEFAULT=1
+if [ "${GPU_CHECK_PACK:-$PACK_DEFAULT}" = 1 ]; then
+  RESULT_DIR=$OUT_DIR
+  OUT_DIR=$(mktemp -d)
+  # After every stage (note) and on exit: the logs packed, the short results beside them, so that a run killed by
+  # its caller's time limit still leaves what the finished stages wrote.
+  pack() {
+    tar czf "$RESULT_DIR/logs.tgz" -C "$OUT_DIR" . 2>/dev/null
+    for f in summary.txt bench.txt bench.json ab.txt; do [ -f "$OUT_DIR/$f" ] && cp "$OUT_DIR/$f" "$RESULT_DIR/"; done
+  }
+  trap pack EXIT
+fi
 # The multi-GPU machines' rule (device tool KINDS.md): never NVLink multicast, in NCCL or anything it starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+note() {
+  summary+=("$1")
+  echo "== $1"
+  echo "$1" >> "$OUT_DIR/summary.txt"
+  if declare -F pack > /dev/null; then pack; fi
+}
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT_DIR/gpu.txt" 2>&1
@@ -44,6 +66,13 @@ build_rc=$?
 grep -E "error|warning: .*spill|lmem" "$OUT_DIR/build.log" | head -40
 note "build rc=$build_rc in $(elapsed $start)"
 [ $build_rc -eq 0 ] || { tail -60 "$OUT_DIR/build.log"; printf '%s\n' "${summary[@]}"; exit 1; }
+
+if [ -n "${GPU_CHECK_AB_BASE:-}" ]; then  # before the tests: the timing runs alone on the GPU
+  start=$(date +%s)
+  bash "$ROOT/scripts/bench-ab.sh" "$GPU_CHECK_AB_BASE" "$BUILD/tools/mlakit/mlakit" "$OUT_DIR" \
+    ${GPU_CHECK_AB_ARGS:---preset anchors} > "$OUT_DIR/ab.txt" 2>&1
+  note "bench-ab against $GPU_CHECK_AB_BASE rc=$? in $(elapsed $start) (ab.txt)"
+fi
 
 if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ]; then
 start=$(date +%s)
@@ -130,4 +159,5 @@ echo
 echo "================ summary ================"
 echo "GPU: $(cat "$OUT_DIR/gpu.txt"); commit $(tr '\n' ' ' < "$OUT_DIR/commit.txt"); $(date -u +%F)"
 [ -f "$OUT_DIR/bench.txt" ] && cat "$OUT_DIR/bench.txt"
+[ -f "$OUT_DIR/ab.txt" ] && tail -30 "$OUT_DIR/ab.txt"
 printf '%s\n' "${summary[@]}"
