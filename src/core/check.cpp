@@ -172,7 +172,9 @@ bool column_slices(const TensorView& a, int64_t a_row_bytes, const TensorView& b
   for (int d = 0; d < 2; ++d) {
     if (a.shape[d] != b.shape[d] || a.stride[d] != b.stride[d]) return false;
   }
-  const int64_t row_stride = a.stride[1];
+  // The distance between consecutive rows: the row stride, or with one row per page the page stride (the row stride
+  // is then never stepped and may be anything, so it proves nothing about where one page's parts end).
+  const int64_t row_stride = a.shape[1] > 1 ? a.stride[1] : a.stride[0];
   if (a.stride[0] < 0 || row_stride < a_row_bytes + b_row_bytes) return false;
   if (a.shape[1] > 1 && a.stride[0] < a.shape[1] * row_stride) return false;  // pages would interleave rows
   const auto delta = int64_t(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));

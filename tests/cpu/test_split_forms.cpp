@@ -170,6 +170,38 @@ TEST(SplitCache, AppendIntoColumnSlicesOfOneArray) {
   EXPECT_EQ(s.message().rfind("cache.pages: overlaps cache.k_pe (bytes [", 0), 0u) << s.message();
 }
 
+// With one row per page the row stride is never stepped, so it says nothing about where a page's parts end: a page
+// stride shorter than kv_c + k_pe puts page n's k_pe on page n + 1's kv_c, which validation must see (it once took
+// the unused row stride as the pitch and let append_kv write one page's k_pe over the next page's kv_c).
+TEST(SplitCache, ColumnSlicesWithOneRowPerPageMustNotReachTheNextPage) {
+  constexpr int64_t kDc = 16, kDr = 8, kPages = 2, kRowBytes = 2 * (kDc + kDr);
+  std::vector<uint8_t> joined(kPages * kRowBytes + 64, 0xFF);
+  std::vector<float> kv_c(kDc, 1.0f), k_pe(kDr, 2.0f);
+  std::vector<int64_t> slot = {0};
+  AppendKvProblem a;
+  a.kv_c = TensorView::contiguous(kv_c.data(), DType::kFP32, {1, kDc});
+  a.k_pe = TensorView::contiguous(k_pe.data(), DType::kFP32, {1, kDr});
+  a.slot_mapping = TensorView::contiguous(slot.data(), DType::kInt64, {1});
+  a.cache.format = KvFormat::kBF16;
+  a.cache.dims = MlaDims{int(kDc), int(kDr)};
+  a.cache.pages = TensorView::contiguous(joined.data(), DType::kUInt8, {kPages, 1, 2 * kDc});
+  a.cache.k_pe = TensorView::contiguous(joined.data() + 2 * kDc, DType::kUInt8, {kPages, 1, 2 * kDr});
+  for (int64_t page_stride : {kRowBytes, 2 * kDc}) {  // rows apart, then page n's k_pe on page n + 1's kv_c
+    SCOPED_TRACE("page stride " + std::to_string(page_stride));
+    for (TensorView* t : {&a.cache.pages, &a.cache.k_pe}) {
+      t->stride[0] = page_stride;
+      t->stride[1] = 4 * kRowBytes;  // a row stride that no access steps
+    }
+    const Status s = a.validate();
+    if (page_stride == kRowBytes) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(s.message().rfind("cache.pages: overlaps cache.k_pe (bytes [", 0), 0u) << s.message();
+    }
+  }
+}
+
 TEST(SplitCache, ExtraKpeWithoutExtraIndicesIsRefused) {
   test::SparseCase c = test::SparseCase::generate(test::SparseCaseConfig{});
   SparseDecodeProblem p = c.problem();
