@@ -32,7 +32,10 @@ Shapes and conventions are FlashInfer's; every conversion to MLAKit's native one
   ``run`` instead (one small kernel per layer), so that a captured graph re-plans from the buffers' contents each
   time it replays.
 * ``float_workspace_buffer`` holds MLAKit's workspace (any dtype; its bytes are used). Too small a buffer raises
-  ``ValueError`` with the bytes needed.
+  ``ValueError`` with the bytes needed. Unlike FlashInfer's, it also holds the step's schedule from the first
+  ``run`` after ``plan`` to the last: do not share it with another wrapper that writes it in between (FlashInfer
+  keeps its plan elsewhere, so engines share this buffer), unless ``use_cuda_graph=True`` (planned in every ``run``).
+  ``kv_indptr``, ``kv_indices`` and ``kv_len_arr`` are read on the device by that first ``run``.
 * ``backend``: ``"auto"``, ``"fa2"`` and ``"fa3"`` name FlashInfer's kernels; MLAKit picks its own backend (the
   one chosen is :attr:`BatchMLAPagedAttentionWrapper.mlakit_backend`). ``"cutlass"`` has another ``run``
   contract and is refused.
