@@ -35,7 +35,8 @@ Shapes and conventions are FlashInfer's; every conversion to MLAKit's native one
   ``ValueError`` with the bytes needed. Unlike FlashInfer's, it also holds the step's schedule from the first
   ``run`` after ``plan`` to the last: do not share it with another wrapper that writes it in between (FlashInfer
   keeps its plan elsewhere, so engines share this buffer), unless ``use_cuda_graph=True`` (planned in every ``run``).
-  ``kv_indptr``, ``kv_indices`` and ``kv_len_arr`` are read on the device by that first ``run``.
+  ``kv_indptr``, ``kv_indices`` and ``kv_len_arr``, when already int32 on the workspace's device (not copied), are
+  read by that first ``run``, not at ``plan``.
 * ``backend``: ``"auto"``, ``"fa2"`` and ``"fa3"`` name FlashInfer's kernels; MLAKit picks its own backend (the
   one chosen is :attr:`BatchMLAPagedAttentionWrapper.mlakit_backend`). ``"cutlass"`` has another ``run``
   contract and is refused.
