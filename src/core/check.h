@@ -52,7 +52,8 @@ Status disjoint(const Operand& output, const Operand& other, std::string_view ru
 Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs);
 /// Whether two [num_pages, P, bytes] views hold disjoint byte columns of the same rows (the two parts of a split cache
 /// cut from one [..., d_c + d_r] array): equal shapes and strides, and each row of one lies beside the other's within
-/// the distance between rows (the row stride; the page stride when P = 1, whose row stride is never stepped). Their spans overlap although no byte is shared, so the alias rule compares them this way instead.
+/// the distance between rows (the row stride; the page stride when P = 1, whose row stride is never stepped). Their
+/// spans overlap although no byte is shared, so the alias rule compares them this way instead.
 bool column_slices(const TensorView& a, int64_t a_row_bytes, const TensorView& b, int64_t b_row_bytes);
 /// Whether `view` addresses exactly the elements of part 0 of `parts` (its leading dimension dropped): same data
 /// pointer, dtype, shape, and strides wherever a dimension has more than one element. The in-place forms of
