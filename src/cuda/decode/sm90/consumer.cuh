@@ -36,6 +36,10 @@ __device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, 
   if (by_rows) fence_proxy_async();
 }
 
+/// Commit groups of one issue_qk (RoPE, then each V half): wgmma_wait<kQkGroups> right after it waits for what
+/// was committed before it.
+inline constexpr int kQkGroups = 3;
+
 /// S = Q K^T for the tile of CTA tile index g, in the order its parts arrive (RoPE, own V half, other half).
 template <bool kBf16>
 __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, int me, bool by_rows) {
@@ -147,13 +151,16 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       if (int(st) == me) {  // ---- own tile: softmax, P V from registers, P to the other consumer ----
         uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
         if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, pc.len, lane);
+        if (j > 0) {
+          // The previous tile's P V (from shared memory) was committed before this tile's Q K^T groups: once it is
+          // done, its V half goes back to the producer, a whole Q K^T earlier than the wait for S below would.
+          wgmma_wait<kQkGroups>();
+          if (lane == 0) mbar_arrive(sm.empty(st ^ 1, me));
+        }
         wgmma_wait<0>();
         fence_registers(s);
         fence_registers(o);
-        if (lane == 0) {
-          mbar_arrive(sm.empty(st, kPartRope));              // Q K^T read the RoPE columns for the last time
-          if (j > 0) mbar_arrive(sm.empty(st ^ 1, me));       // the previous tile's P V (from shared memory)
-        }
+        if (lane == 0) mbar_arrive(sm.empty(st, kPartRope));  // Q K^T read the RoPE columns for the last time
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -208,17 +215,19 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
         fence_proxy_async();  // the other consumer's wgmma reads P through the async proxy
         consumer_barrier(kBarPBase + me, kConsumerThreads);
       } else {  // ---- the other consumer's tile: rescale, P V from shared memory, next own Q K^T ----
+        // Only the previous tile's P V (P from registers) is in flight: its V half goes back to the producer as soon
+        // as it is done, before waiting for the owner's softmax of this tile.
+        wgmma_wait<0>();
+        fence_registers(o);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
+        if (lane == 0 && j > 0) mbar_arrive(sm.empty(st ^ 1, me));
         consumer_barrier(kBarMaxBase + (1 - me), kConsumerThreads);
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           alpha[k] = sm.alpha(st)[rloc[k]];
           m[k] = sm.row_max()[rloc[k]];
         }
-        wgmma_wait<0>();
-        fence_registers(o);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
-        if (lane == 0 && j > 0) mbar_arrive(sm.empty(st ^ 1, me));  // the previous tile's P V (registers)
 #pragma unroll
         for (int k = 0; k < 2; ++k) l[k] *= alpha[k];
         rescale(o, alpha);
