@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One GPU run for a kernel experiment kept as a patch (docs/experiments/): builds this tree's CLI as the base and
+# the tree with the patch applied, A/Bs them (scripts/bench-ab.sh: bf16 anchors twice, fp8_ds_mla once, the sparse
+# anchors once per side), then runs the patched tree's Hopper decode and sparse tests, the fuzzer and racecheck on
+# four Hopper decode cases, in parallel. A summary (also $OUT_DIR/summary.txt) is printed last.
+# Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else ./try-patch-out)
+# Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER (gtest filters of the patched
+#   tree's tests, default the Hopper cases), TRY_SKIP_TESTS=1. Expects .deps/googletest, as scripts/gpu-check.sh.
+set -uo pipefail
+[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PATCH=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+OUT_DIR=${2:-${OUT:-$ROOT/try-patch-out}}
+BE=${TRY_BACKEND:-cuda_sm90}
+W=$(mktemp -d)
+mkdir -p "$OUT_DIR"
+S=$OUT_DIR/summary.txt
+: > "$S"
+t0=$(date +%s)
+say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
+fin() { tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=base --exclude=new . 2>/dev/null; cat "$S"; }
+trap fin EXIT
+
+mkdir -p "$W/base" "$W/new"
+git -C "$ROOT" archive HEAD src include tools cmake CMakeLists.txt python tests | tar x -C "$W/base"
+cp -a "$W/base/." "$W/new/"
+(cd "$W/new" && git apply "$PATCH") || { say "the patch does not apply to $(git -C "$ROOT" rev-parse --short HEAD)"; exit 1; }
+cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a -DMLAKIT_NCCL=OFF)
+(cmake -S "$W/base" -B "$W/base/build" "${cfg[@]}" -DMLAKIT_BUILD_TESTS=OFF > "$W/base_cfg.log" 2>&1 &&
+  ninja -C "$W/base/build" -j6 mlakit_cli > "$W/base_build.log" 2>&1; echo $? > "$W/base_rc") &
+cmake -S "$W/new" -B "$W/new/build" "${cfg[@]}" -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" > "$W/new_cfg.log" 2>&1
+ninja -C "$W/new/build" -j10 gpu_test_decode gpu_test_sparse_decode gpu_test_fuzz mlakit_cli > "$W/new_build.log" 2>&1
+new_rc=$?
+wait
+say "build: base rc=$(cat "$W/base_rc"), patched rc=$new_rc"
+grep -E "error|spill" "$W/new_build.log" | sed 's/^/  /' | head -20 | tee -a "$S"
+[ "$new_rc" = 0 ] && [ "$(cat "$W/base_rc")" = 0 ] || exit 1
+
+NEW=$W/new/build/tools/mlakit/mlakit
+export AB_SKIP_BUILD=1 AB_BASE_BUILD=$W/base/build
+AB_ROUNDS=2 bash "$ROOT/scripts/bench-ab.sh" "$W/base" "$NEW" "$W/ab_bf16" --preset anchors --backend "$BE" \
+  > "$W/ab_bf16.txt" 2>&1
+say "bf16 A/B rc=$?"; cat "$W/ab_bf16.txt" | tee -a "$S"
+AB_ROUNDS=1 bash "$ROOT/scripts/bench-ab.sh" "$W/base" "$NEW" "$W/ab_fp8" --preset anchors --backend "$BE" \
+  --kv-format fp8_ds_mla > "$W/ab_fp8.txt" 2>&1
+say "fp8_ds_mla A/B rc=$?"; grep -E "kv=|change" "$W/ab_fp8.txt" | tee -a "$S"
+for side in base new; do
+  cli=$W/base/build/tools/mlakit/mlakit
+  [ $side = new ] && cli=$NEW
+  "$cli" bench --mode sparse --preset anchors --backend "$BE" > "$W/sparse_$side.txt" 2>&1
+  say "sparse $side rc=$? (rc 1 where a row is refused)"; grep -E "^(b=|prefill)" "$W/sparse_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
+done
+cp "$W"/ab_bf16.txt "$W"/ab_fp8.txt "$OUT_DIR"/ 2>/dev/null
+
+[ "${TRY_SKIP_TESTS:-0}" = 1 ] && exit 0
+T=$W/new/build/tests
+P=Cuda/DecodeMatrix.MatchesReference
+(timeout 400 "$T/gpu_test_decode" --gtest_filter="${TRY_TEST_FILTER:-*cuda_sm90*:DecodeSelection.*}" > "$W/t_decode.log" 2>&1
+  say "decode tests rc=$?: $(grep -c '^\[       OK' "$W/t_decode.log") ok, $(grep -c '^\[  FAILED' "$W/t_decode.log") failed lines") &
+(timeout 400 "$T/gpu_test_sparse_decode" --gtest_filter="${TRY_SPARSE_FILTER:-*cuda_sm90*:SparseSelection.*}" \
+  > "$W/t_sparse.log" 2>&1
+  say "sparse tests rc=$?: $(grep -c '^\[       OK' "$W/t_sparse.log") ok, $(grep -c '^\[  FAILED' "$W/t_sparse.log") failed lines") &
+(timeout 400 "$T/gpu_test_fuzz" > "$W/t_fuzz.log" 2>&1; say "fuzz rc=$?: $(grep -E 'PASSED|FAILED' "$W/t_fuzz.log" | tail -1)") &
+(timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_decode" \
+  --gtest_filter="$P/cuda_sm90_bf16_P64_h128:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_bf16_P1_h9" \
+  > "$W/race.log" 2>&1
+  say "racecheck rc=$?: $(grep -cE '^\[       OK' "$W/race.log") ok, $(grep 'RACECHECK SUMMARY' "$W/race.log")") &
+wait
+grep -hE "^\[  FAILED" "$W/t_decode.log" "$W/t_sparse.log" | head -20 | tee -a "$S"
