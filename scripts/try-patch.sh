@@ -5,7 +5,9 @@
 # four Hopper decode cases, in parallel. A summary (also $OUT_DIR/summary.txt) is printed last.
 # Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else ./try-patch-out)
 # Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER (gtest filters of the patched
-#   tree's tests, default the Hopper cases), TRY_SKIP_TESTS=1. Expects .deps/googletest, as scripts/gpu-check.sh.
+#   tree's tests, default the Hopper cases), TRY_SKIP_TESTS=1, TRY_BASE_SRC (a source tree to use as the base
+#   instead of `git archive HEAD`), TRY_LIMIT_S (default 570: the tests' timeouts end the run by then, inside the
+#   device tool's 600 s). Expects .deps/googletest, as scripts/gpu-check.sh. Exit status 1 if anything failed.
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,18 +15,25 @@ PATCH=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 OUT_DIR=${2:-${OUT:-$ROOT/try-patch-out}}
 BE=${TRY_BACKEND:-cuda_sm90}
 W=$(mktemp -d)
+LIMIT=${TRY_LIMIT_S:-570}
 mkdir -p "$OUT_DIR"
 S=$OUT_DIR/summary.txt
 : > "$S"
 t0=$(date +%s)
 say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
-fin() { tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=base --exclude=new . 2>/dev/null; cat "$S"; }
+fin() { tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=base --exclude=new . 2>/dev/null; cat "$S"; rm -rf "$W"; }
 trap fin EXIT
 
 mkdir -p "$W/base" "$W/new"
-git -C "$ROOT" archive HEAD src include tools cmake CMakeLists.txt python tests | tar x -C "$W/base"
+if [ -n "${TRY_BASE_SRC:-}" ]; then
+  cp -a "$TRY_BASE_SRC/." "$W/base/" || { say "cannot copy TRY_BASE_SRC=$TRY_BASE_SRC"; exit 1; }
+else
+  git -C "$ROOT" archive HEAD src include tools cmake CMakeLists.txt python tests | tar x -C "$W/base" ||
+    { say "git archive HEAD failed (no .git here? set TRY_BASE_SRC)"; exit 1; }
+fi
 cp -a "$W/base/." "$W/new/"
-(cd "$W/new" && git apply "$PATCH") || { say "the patch does not apply to $(git -C "$ROOT" rev-parse --short HEAD)"; exit 1; }
+(cd "$W/new" && git apply "$PATCH") ||
+  { say "the patch does not apply to the base ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo TRY_BASE_SRC))"; exit 1; }
 cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a -DMLAKIT_NCCL=OFF)
 (cmake -S "$W/base" -B "$W/base/build" "${cfg[@]}" -DMLAKIT_BUILD_TESTS=OFF > "$W/base_cfg.log" 2>&1 &&
   ninja -C "$W/base/build" -j6 mlakit_cli > "$W/base_build.log" 2>&1; echo $? > "$W/base_rc") &
@@ -54,16 +63,26 @@ cp "$W"/ab_bf16.txt "$W"/ab_fp8.txt "$OUT_DIR"/ 2>/dev/null
 
 [ "${TRY_SKIP_TESTS:-0}" = 1 ] && exit 0
 T=$W/new/build/tests
+left=$(( LIMIT - ($(date +%s) - t0) ))
+[ $left -gt 30 ] || { say "no time left for the tests (TRY_LIMIT_S=$LIMIT)"; exit 1; }
+rc_of() { echo "$2" > "$W/rc_$1"; }
 P=Cuda/DecodeMatrix.MatchesReference
-(timeout 400 "$T/gpu_test_decode" --gtest_filter="${TRY_TEST_FILTER:-*cuda_sm90*:DecodeSelection.*}" > "$W/t_decode.log" 2>&1
-  say "decode tests rc=$?: $(grep -c '^\[       OK' "$W/t_decode.log") ok, $(grep -c '^\[  FAILED' "$W/t_decode.log") failed lines") &
-(timeout 400 "$T/gpu_test_sparse_decode" --gtest_filter="${TRY_SPARSE_FILTER:-*cuda_sm90*:SparseSelection.*}" \
+(timeout $left "$T/gpu_test_decode" --gtest_filter="${TRY_TEST_FILTER:-*cuda_sm90*:DecodeSelection.*}" \
+  > "$W/t_decode.log" 2>&1
+  r=$?; rc_of decode $r; say "decode tests rc=$r: $(grep -c '^\[       OK' "$W/t_decode.log") ok, $(grep -c '^\[  FAILED' "$W/t_decode.log") failed lines") &
+(timeout $left "$T/gpu_test_sparse_decode" --gtest_filter="${TRY_SPARSE_FILTER:-*cuda_sm90*:SparseSelection.*}" \
   > "$W/t_sparse.log" 2>&1
-  say "sparse tests rc=$?: $(grep -c '^\[       OK' "$W/t_sparse.log") ok, $(grep -c '^\[  FAILED' "$W/t_sparse.log") failed lines") &
-(timeout 400 "$T/gpu_test_fuzz" > "$W/t_fuzz.log" 2>&1; say "fuzz rc=$?: $(grep -E 'PASSED|FAILED' "$W/t_fuzz.log" | tail -1)") &
-(timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_decode" \
+  r=$?; rc_of sparse $r; say "sparse tests rc=$r: $(grep -c '^\[       OK' "$W/t_sparse.log") ok, $(grep -c '^\[  FAILED' "$W/t_sparse.log") failed lines") &
+(timeout $left "$T/gpu_test_fuzz" > "$W/t_fuzz.log" 2>&1
+  r=$?; rc_of fuzz $r; say "fuzz rc=$r: $(grep -E 'PASSED|FAILED' "$W/t_fuzz.log" | tail -1)") &
+command -v compute-sanitizer > /dev/null || { say "compute-sanitizer not found: racecheck not run"; rc_of race 1; }
+command -v compute-sanitizer > /dev/null &&
+(timeout $left compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_decode" \
   --gtest_filter="$P/cuda_sm90_bf16_P64_h128:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_bf16_P1_h9" \
   > "$W/race.log" 2>&1
-  say "racecheck rc=$?: $(grep -cE '^\[       OK' "$W/race.log") ok, $(grep 'RACECHECK SUMMARY' "$W/race.log")") &
+  r=$?; rc_of race $r; say "racecheck rc=$r: $(grep -cE '^\[       OK' "$W/race.log") ok, $(grep 'RACECHECK SUMMARY' "$W/race.log")") &
 wait
 grep -hE "^\[  FAILED" "$W/t_decode.log" "$W/t_sparse.log" | head -20 | tee -a "$S"
+failed=$(cat "$W"/rc_* | grep -cv '^0$')
+say "tests: $failed of 4 jobs failed"
+[ "$failed" = 0 ]

@@ -58,7 +58,7 @@ struct Row {
   double median_ms = 0, min_ms = 0;
   double plan_ms = 0;  // plan alone, median (it is also inside median_ms)
   double host_us = 0;  // host time per plan + run call, enqueued back to back (host_us_per_call)
-  double host_plan_us = 0, host_run_us = 0;  // the same for plan alone and run alone (the JSON's split)
+  double host_plan_us = -1, host_run_us = -1;  // the same for plan alone and run alone (the JSON's split; -1: none)
   SampleCheck check;
 };
 
@@ -74,7 +74,7 @@ std::vector<Preference> cuda_paths(const Registry& registry, const Preference& f
 
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters,
             bool skip_unsupported) {
-  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, 0, 0, {}};
+  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, -1, -1, {}};
   std::unique_ptr<DecodeWorkload> w;
   row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
   if (!row.status.ok()) return row;
@@ -117,17 +117,22 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
   row.min_ms = *std::min_element(times.begin(), times.end());
   row.plan_ms = median(plan_times);
   row.status = host_us_per_call(mem, step, int(iters), &row.host_us);
-  if (row.status.ok()) row.status = host_us_per_call(mem, plan_only, int(iters), &row.host_plan_us);
+  if (!row.status.ok()) return row;
+  // The split is extra information: a failure to time it leaves -1 (JSON null) and the row's own figures stand.
   const auto run_only = [&]() { return be.run(w->problem(), workspace, mem->stream()); };
-  if (row.status.ok()) row.status = host_us_per_call(mem, run_only, int(iters), &row.host_run_us);
+  if (!host_us_per_call(mem, plan_only, int(iters), &row.host_plan_us).ok()) row.host_plan_us = -1;
+  if (!host_us_per_call(mem, run_only, int(iters), &row.host_run_us).ok()) row.host_run_us = -1;
   return row;
 }
+
+/// A measurement that may be missing (negative) as a JSON number or null.
+std::string json_number(double v) { return v < 0 ? "null" : std::to_string(v); }
 
 void write_json(const std::string& path, const std::vector<Row>& rows, const std::string& device, double launch_us) {
   std::ofstream f(path);
   f << "{\n  \"mlakit\": \"" << version() << "\", \"build\": \"" << build_info() << "\", \"device\": \"" << device
     << "\",\n  \"ceilings\": {\"copy_GBps\": " << kCopyCeilingGBs << ", \"gemm_TFLOPs\": " << kGemmCeilingTFlops
-    << "}, \"empty_launch_host_us\": " << launch_us << ",\n  \"results\": [\n";
+    << "}, \"empty_launch_host_us\": " << json_number(launch_us) << ",\n  \"results\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const double s = r.median_ms * 1e-3;
@@ -137,8 +142,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
       << ", \"skipped\": " << (r.skipped ? "true" : "false")
       << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
-      << ", \"host_us_per_call\": " << r.host_us << ", \"host_us_plan\": " << r.host_plan_us
-      << ", \"host_us_run\": " << r.host_run_us
+      << ", \"host_us_per_call\": " << r.host_us << ", \"host_us_plan\": " << json_number(r.host_plan_us)
+      << ", \"host_us_run\": " << json_number(r.host_run_us)
       << ", \"gpu_md_flashmla_ms\": " << r.spec.flashmla_ms << ", \"gpu_md_triton_ms\": " << r.spec.triton_ms
       << ", \"TFLOPs\": " << (s > 0 ? r.spec.flops() / s * 1e-12 : 0)
       << ", \"GBps\": " << (s > 0 ? r.spec.bytes_moved() / s * 1e-9 : 0)
@@ -205,13 +210,14 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
   }
   std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them)\n",
               static_cast<long long>(iters));
-  double launch_us = 0;
+  double launch_us = -1;  // -1: not measured (JSON null)
   if (!on_cpu) {
-    const Status ls = mem->empty_launch_us(int(iters), &launch_us);
+    const Status ls = mem->empty_launch_us(&launch_us);
     if (ls.ok()) {
       std::printf("(the JSON splits it into plan and run; one launch of an empty kernel, as the library launches: "
                   "%.1f us)\n", launch_us);
     } else {
+      launch_us = -1;
       std::printf("(empty-kernel launch not timed: %s)\n", ls.message().c_str());
     }
   }

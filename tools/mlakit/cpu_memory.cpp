@@ -19,10 +19,7 @@ constexpr size_t kFlushBytes = size_t(64) << 20;  // larger than any CPU's last-
 class CpuMemory final : public DeviceMemory {
  public:
   Device device() const override { return Device::cpu(); }
-  Status empty_launch_us(int, double* us) override {
-    *us = 0;
-    return {};
-  }
+  Status empty_launch_us(double*) override { return Status::not_supported("the CPU launches no kernels"); }
   Stream stream() const override { return nullptr; }
   void* alloc(size_t bytes) override {  // null on failure, never an exception (Buffer reports the bytes)
     if (bytes > SIZE_MAX - kAlign) return nullptr;  // rounding up to the alignment would wrap

@@ -40,9 +40,10 @@ class DeviceMemory {
   /// Runs `body` once and reports its duration (device events for CUDA, a steady clock for the CPU).
   virtual Status time_ms(const std::function<Status()>& body, double* ms) = 0;
   /// Host microseconds per launch of an empty kernel, launched as the library launches its kernels
-  /// (cudaLaunchKernelEx with programmatic stream serialisation), `calls` back to back: the floor under each
-  /// launch of a call's host time (issue 11). 0 where there is nothing to launch (the CPU).
-  virtual Status empty_launch_us(int calls, double* us) = 0;
+  /// (cudaLaunchKernelEx, with programmatic stream serialisation from sm_90 on): the median over 5 batches of 200
+  /// launches back to back, the floor under each launch of a call's host time (issue 11). not_supported where
+  /// there is nothing to launch (the CPU).
+  virtual Status empty_launch_us(double* us) = 0;
 };
 
 /// RAII allocation from a DeviceMemory.
