@@ -14,6 +14,9 @@ from typing import Any, Union
 ArrayLike = Any
 # A CUDA stream: an int handle, a torch.cuda.Stream or a cupy stream; None = the arrays' current stream.
 StreamLike = Any
+# A workspace: a contiguous uint8 array (at least the bytes *_workspace_bytes() gives), or a callable that takes
+# that byte count and returns one (a framework's allocator), asked once the call is validated and its backend chosen.
+WorkspaceLike = Any
 
 
 class NotSupportedError(NotImplementedError):
@@ -127,17 +130,17 @@ def backends() -> list[BackendInfo]:
     Every backend compiled into this build, highest priority first (unavailable ones included, with why).
     """
 
-def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     Dense decode (docs/spec.md section 1) in one call: plans and runs with a temporary workspace. Engines decoding many layers per step should use DecodePlan.
     """
 
-def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
+def select_decode(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
-def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
+def decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
     """
     Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, e.g. allocated by your framework so that CUDA graph capture sees it). Nothing runs.
     """
@@ -152,17 +155,17 @@ def decode_run_step(q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, s
     The run half of decode: reads the schedule decode_plan_step left in workspace.
     """
 
-def sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
+def sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> None:
     """
     Sparse top-k decode over global row ids (docs/spec.md section 2); with extra_kv_cache and extra_indices (DeepSeek V4), one softmax over the ids of both caches.
     """
 
-def select_sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
+def select_sparse_decode(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> Selection:
     """
     Which backend the same call would run on, and why every other one was passed over. Nothing runs.
     """
 
-def sparse_decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: ArrayLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
+def sparse_decode_workspace_bytes(q: ArrayLike, kv_cache: ArrayLike, indices: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, topk_length: ArrayLike | None = None, attn_sink: ArrayLike | None = None, extra_kv_cache: ArrayLike | None = None, extra_indices: ArrayLike | None = None, extra_topk_length: ArrayLike | None = None, max_logits: ArrayLike | None = None, workspace: WorkspaceLike | None = None, backend: str | None = None, stream: StreamLike | None = None) -> int:
     """
     Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, e.g. allocated by your framework so that CUDA graph capture sees it). Nothing runs.
     """
@@ -238,7 +241,7 @@ class DecodePlan:
     Dense decode split into plan (once per step) and run (once per layer), holding its workspace (docs/spec.md section 9). Build it with the largest batch it will serve.
     """
 
-    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, backend: str | None = None, workspace: ArrayLike | None = None) -> None: ...
+    def __init__(self, q: ArrayLike, kv_cache: ArrayLike, block_table: ArrayLike, seq_lens: ArrayLike, out: ArrayLike, lse: ArrayLike | None = None, *, softmax_scale: float, causal: bool = False, shard: tuple[int, ...] | None = None, block_table_indptr: ArrayLike | None = None, backend: str | None = None, workspace: WorkspaceLike | None = None) -> None: ...
 
     def plan(self, *, block_table: ArrayLike | None = None, seq_lens: ArrayLike | None = None, block_table_indptr: ArrayLike | None = None, stream: StreamLike | None = None) -> None:
         """

@@ -11,32 +11,53 @@ namespace {
 PyObject* g_not_supported_error = nullptr;
 PyObject* g_cuda_error = nullptr;
 
-// DLPack array API: a consumer passing stream=-1 asks the producer not to synchronise any stream.
-// MLAKit runs on the stream the caller names (or the framework's current one), so torch's default
-// behaviour (make the legacy default stream wait on the current one) would only cost time and break
-// CUDA graph capture, where the legacy stream may not be touched.
-constexpr int kDlpackNoSync = -1;
-
 std::string type_name_of(nb::handle obj) { return Py_TYPE(obj.ptr())->tp_name; }
 
 bool starts_with(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
 
-// torch.Tensor, looked up only once torch has been imported by the caller (MLAKit never imports it
-// itself here). Kept for the life of the interpreter.
-PyObject* torch_tensor_type() {
-  static PyObject* type = nullptr;
-  if (type == nullptr) {
+// What the torch path needs from torch, looked up once torch has been imported by the caller (MLAKit never
+// imports it itself here) and kept for the life of the interpreter: one attribute lookup per call instead of an
+// import and several lookups per array.
+struct TorchObjects {
+  PyObject* tensor_type = nullptr;  // torch.Tensor
+  PyObject* fp8_e4m3 = nullptr;     // torch.float8_e4m3fn
+  PyObject* uint8 = nullptr;        // torch.uint8
+  PyObject* to_dlpack = nullptr;    // torch.utils.dlpack.to_dlpack: C code, no stream synchronisation
+  PyObject* raw_stream = nullptr;   // torch._C._cuda_getCurrentRawStream(index) -> int, or null (CPU-only torch)
+};
+
+const TorchObjects* torch_objects() {
+  enum class State { kNotTried, kReady, kFailed };
+  static TorchObjects objects;
+  static State state = State::kNotTried;
+  if (state == State::kNotTried) {
     PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
-    if (torch == nullptr) return nullptr;
-    type = PyObject_GetAttrString(torch, "Tensor");
-    if (type == nullptr) PyErr_Clear();
+    if (torch == nullptr) return nullptr;  // not imported yet: ask again next time
+    objects.tensor_type = PyObject_GetAttrString(torch, "Tensor");
+    objects.fp8_e4m3 = PyObject_GetAttrString(torch, "float8_e4m3fn");
+    objects.uint8 = PyObject_GetAttrString(torch, "uint8");
+    if (PyObject* dlpack = PyImport_ImportModule("torch.utils.dlpack"); dlpack != nullptr) {
+      objects.to_dlpack = PyObject_GetAttrString(dlpack, "to_dlpack");
+      Py_DECREF(dlpack);
+    }
+    // What torch's own compiled code calls for the current stream: an int, without building a
+    // torch.cuda.Stream object per call. Optional: resolve_stream() falls back to torch.cuda.current_stream.
+    if (PyObject* c_module = PyObject_GetAttrString(torch, "_C"); c_module != nullptr) {
+      objects.raw_stream = PyObject_GetAttrString(c_module, "_cuda_getCurrentRawStream");
+      Py_DECREF(c_module);
+    }
+    PyErr_Clear();
+    // A torch without the required ones: its tensors go through the generic DLPack path.
+    const bool complete = objects.tensor_type != nullptr && objects.fp8_e4m3 != nullptr &&
+                          objects.uint8 != nullptr && objects.to_dlpack != nullptr;
+    state = complete ? State::kReady : State::kFailed;
   }
-  return type;
+  return state == State::kReady ? &objects : nullptr;
 }
 
 bool is_torch_tensor(nb::handle obj) {
-  PyObject* type = torch_tensor_type();
-  return type != nullptr && PyObject_IsInstance(obj.ptr(), type) == 1;
+  const TorchObjects* t = torch_objects();
+  return t != nullptr && PyObject_IsInstance(obj.ptr(), t->tensor_type) == 1;
 }
 
 // An argument after framework-specific preparation: the object nanobind imports, and the MLAKit dtype
@@ -69,14 +90,16 @@ Prepared prepare(nb::handle obj, const char* field) {
       throw_conversion(field, "tensor requires grad; MLAKit operations have no backward "
                               "(call them under torch.no_grad() or pass tensor.detach())");
     }
-    nb::module_ torch = nb::module_::import_("torch");
-    if (obj.attr("dtype").is(torch.attr("float8_e4m3fn"))) {
-      p.obj = obj.attr("view")(torch.attr("uint8"));
+    const TorchObjects* t = torch_objects();
+    if (obj.attr("dtype").is(nb::handle(t->fp8_e4m3))) {
+      p.obj = obj.attr("view")(nb::handle(t->uint8));
       p.dtype = DType::kFP8E4M3;
     }
-    if (nb::cast<bool>(p.obj.attr("is_cuda"))) {
-      p.obj = p.obj.attr("__dlpack__")(nb::arg("stream") = kDlpackNoSync);
-    }
+    // to_dlpack rather than Tensor.__dlpack__(): the same capsule, made in C without the Python wrapper, and
+    // without any stream synchronisation. MLAKit runs on the stream the caller names (or torch's current one);
+    // __dlpack__'s default (make the legacy default stream wait on the current one) would only cost time and
+    // break CUDA graph capture, where the legacy stream may not be touched.
+    p.obj = nb::handle(t->to_dlpack)(p.obj);
   }
   return p;
 }
@@ -212,6 +235,10 @@ Stream resolve_stream(nb::handle stream, const ArgHolder& args, Device device) {
   if (device.is_cpu()) return nullptr;
   switch (args.cuda_framework()) {
     case Framework::kTorch: {
+      const TorchObjects* t = torch_objects();
+      if (t != nullptr && t->raw_stream != nullptr) {
+        return reinterpret_cast<Stream>(nb::cast<intptr_t>(nb::handle(t->raw_stream)(args.cuda_index())));
+      }
       nb::object cuda = nb::module_::import_("torch").attr("cuda");
       return reinterpret_cast<Stream>(
           nb::cast<intptr_t>(cuda.attr("current_stream")(args.cuda_index()).attr("cuda_stream")));

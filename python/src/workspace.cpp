@@ -47,7 +47,13 @@ OwnedWorkspace OwnedWorkspace::make(Device device, size_t bytes, nb::handle arra
   OwnedWorkspace ws;
   ws.device_ = device;
   if (array.is_valid() && !array.is_none()) {
-    const TensorView v = ws.caller_.view(array, "workspace", Access::kWrite);
+    nb::object given = nb::borrow(array);
+    if (PyCallable_Check(array.ptr()) != 0) {
+      if (bytes == 0) return ws;  // nothing to ask the framework for
+      given = array(bytes);       // a framework array, kept alive by caller_ below
+      ws.caller_.keep(given);
+    }
+    const TensorView v = ws.caller_.view(given, "workspace", Access::kWrite);
     const size_t have = size_t(v.numel()) * dtype_size(v.dtype);
     if (v.device != device || !v.is_contiguous() || have < bytes) {
       throw_conversion("workspace", v.describe() + " on " + device_name(v.device) + ": must be a contiguous array of at least " +

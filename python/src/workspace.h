@@ -19,7 +19,10 @@ class OwnedWorkspace {
   ~OwnedWorkspace();
 
   /// `bytes` of scratch on `device`. With `array` given (a uint8 array on that device), uses it instead
-  /// of allocating, and raises ValueError when it is smaller than `bytes`.
+  /// of allocating, and raises ValueError when it is smaller than `bytes`. `array` may also be a callable
+  /// that takes the byte count and returns such an array (a framework's allocator, e.g. `lambda n:
+  /// torch.empty(n, dtype=torch.uint8, device=...)`), so that a caller who owns no workspace gets one from
+  /// its framework in the same call instead of asking for the size first. Call with the GIL held.
   static OwnedWorkspace make(Device device, size_t bytes, nb::handle array);
 
   Workspace get() const { return {data_, bytes_}; }

@@ -182,6 +182,25 @@ def test_kv_scale_pointer_is_read_at_run_time(rng):
     assert (cache[0, 0].view(FP8).astype(np.float32) == 1.0).all()
 
 
+def test_workspace_callable_is_not_asked_when_no_bytes_are_needed():
+    # The CPU reference needs no workspace: an allocator passed as workspace= is never called, and the result is
+    # the one without it. (The CUDA case, where it is asked for the backend's bytes: tests/python/test_torch.py.)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 1, 4, 576)).astype(np.float32).astype(BF16)
+    cache = rng.standard_normal((3, 16, 576)).astype(np.float32).astype(BF16)
+    table = np.array([[0, 1], [2, 0]], np.int32)
+    lens = np.array([20, 5], np.int32)
+    outs = []
+    for workspace in (None, lambda n: pytest.fail(f"asked for {n} bytes")):
+        out = np.zeros((2, 1, 4, 512), BF16)
+        lse = np.zeros((2, 1, 4), np.float32)
+        mlakit.decode(q, cache, table, lens, out, lse, softmax_scale=0.1, workspace=workspace)
+        outs.append((out.astype(np.float32), lse))
+    assert mlakit.decode_workspace_bytes(q, cache, table, lens, out, lse, softmax_scale=0.1) == 0
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+
+
 def test_stubs_match_the_module():
     stub = (REPO_ROOT / "python" / "mlakit" / "_native.pyi").read_text()
     tree = ast.parse(stub)

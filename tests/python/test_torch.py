@@ -162,6 +162,30 @@ def test_cuda_graph_capture_replays_with_new_lengths():
         check_decode(out, lse, inputs)
 
 
+@needs_cuda
+def test_cuda_workspace_from_a_callable_gets_the_bytes_the_backend_needs():
+    # The one-shot call asks the allocator once, with the chosen backend's byte count, and computes what a
+    # preallocated workspace gives; an allocator that returns too little is refused by name, before any launch.
+    q, cache, block_table, seq_lens = inputs = decode_inputs("cuda", lengths=(70, 0, 1000))
+    cuda_decode_backend(inputs)
+    out = torch.full((q.shape[0], 1, q.shape[2], D_C), float("nan"), dtype=q.dtype, device="cuda")
+    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+    need = mlakit.decode_workspace_bytes(q, cache, block_table, seq_lens, out, lse, softmax_scale=TAU)
+    asked = []
+
+    def alloc(nbytes):
+        asked.append(nbytes)
+        return torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+
+    mlakit.decode(q, cache, block_table, seq_lens, out, lse, softmax_scale=TAU, workspace=alloc)
+    torch.cuda.synchronize()
+    assert asked == [need] and need > 0
+    check_decode(out, lse, inputs)
+    with pytest.raises(ValueError, match="workspace: .*at least"):
+        mlakit.decode(q, cache, block_table, seq_lens, out, lse, softmax_scale=TAU,
+                      workspace=lambda n: torch.empty(n - 1, dtype=torch.uint8, device="cuda"))
+
+
 def prefill_inputs(lens, h_q=3, d_qk=192, d_v=128, seed=0):
     """Ragged prefill inputs on the GPU: bf16 q, k, v [T, h, d] and int32 cu_seqlens from (Lq, Lk) pairs."""
     g = torch.Generator().manual_seed(seed)

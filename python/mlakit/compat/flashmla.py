@@ -131,6 +131,13 @@ def _resolve_scale(softmax_scale, q) -> float:
     return scale
 
 
+def _workspace(q):
+    """An allocator for the native call's workspace: a uint8 array of the bytes it asks for, from q's framework on
+    q's device (torch's caching allocator under torch, so that graph capture pools it), instead of the cudaMalloc
+    the native call makes when it is given no workspace."""
+    return lambda nbytes: _arrays.empty(q, (nbytes,), _arrays.UINT8)
+
+
 def _shape_key(x):
     return None if x is None else (tuple(int(s) for s in x.shape), str(x.dtype), id(x))
 
@@ -214,6 +221,7 @@ def flash_mla_with_kvcache(
             softmax_scale=scale,
             topk_length=topk_length,
             attn_sink=attn_sink,
+            workspace=_workspace(q),
             **extra_kwargs,
         )
     else:
@@ -221,11 +229,10 @@ def flash_mla_with_kvcache(
             raise ValueError("attn_sink / topk_length: only meaningful in sparse mode (pass indices)")
 
         def make_plan():
-            kwargs = {"softmax_scale": scale, "causal": bool(causal)}
-            nbytes = mlakit.decode_workspace_bytes(q, cache, block_table, cache_seqlens, out, lse, **kwargs)
-            if nbytes > 0:  # allocated by q's framework, so that torch's graph capture pools it
-                kwargs["workspace"] = _arrays.empty(q, (nbytes,), _arrays.UINT8)
-            return mlakit.DecodePlan(q, cache, block_table, cache_seqlens, out, lse, **kwargs)
+            # The workspace comes from q's framework (so that torch's graph capture pools it), sized by the plan
+            # itself once it has chosen its backend: one validation instead of a size query first.
+            return mlakit.DecodePlan(q, cache, block_table, cache_seqlens, out, lse, softmax_scale=scale,
+                                     causal=bool(causal), workspace=_workspace(q))
 
         if tile_scheduler_metadata is None:
             plan = make_plan()
@@ -286,6 +293,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
         topk_length=topk_length,
         attn_sink=attn_sink,
         max_logits=max_logits,
+        workspace=_workspace(q),
     )
     lse = _arrays.neg_inf_to_pos_inf(lse.reshape(s_q, h_q))  # a row with no key: MLAKit -inf -> FlashMLA +inf
     return out.reshape(s_q, h_q, d_v), max_logits.reshape(s_q, h_q), lse
