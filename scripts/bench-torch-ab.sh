@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A/B of the Python layer on the GPU machine: builds the library once (this tree, CUDA, sm_90a) and the Python
+# module twice, from this tree's python/ and from BASE_REV's, then runs scripts/bench_torch.py with each package,
+# base / new / base / new, and prints the host-us and GPU-ms columns side by side. Then runs the new package's
+# pytest suite (torch CUDA tensors, graph capture, torch.compile). For changes confined to python/ (the bindings
+# and the package): it refuses a BASE_REV that differs from this tree anywhere else that is built.
+# Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT or ./torch-ab-out)
+# Environment: TORCH_AB_SKIP_PYTEST=1. Needs torch, nanobind and numpy in python3 (the GPU machine has them).
+set -uo pipefail
+[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE_REV=$1
+OUT_DIR=${2:-${OUT:-$ROOT/torch-ab-out}}
+shift $(( $# >= 2 ? 2 : 1 ))
+mkdir -p "$OUT_DIR"
+S=$OUT_DIR/summary.txt
+: > "$S"
+t0=$(date +%s)
+say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
+
+if ! git -C "$ROOT" diff --quiet "$BASE_REV" -- src include cmake CMakeLists.txt python/CMakeLists.txt; then
+  say "$BASE_REV differs from this tree outside python/src and python/mlakit: use scripts/try-patch.sh or two builds"
+  exit 2
+fi
+W=$(mktemp -d)
+trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=build --exclude=src_new . 2>/dev/null; rm -rf "$W"' EXIT
+B=$W/build
+cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a \
+  -DMLAKIT_NCCL=OFF -DMLAKIT_BUILD_TESTS=OFF -DMLAKIT_BUILD_TOOLS=OFF -DMLAKIT_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg.log" 2>&1 || { say "configure failed"; tail "$W/cfg.log"; exit 1; }
+# The package folder of one side: its python/mlakit sources plus the module just built.
+package() {
+  mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$B"/python/_native*.so "$W/pkg_$1/mlakit/"
+}
+ninja -C "$B" -j16 _native > "$W/build_new.log" 2>&1 || { say "build (new) failed"; tail -20 "$W/build_new.log"; exit 1; }
+package new "$ROOT/python/mlakit"
+# The base module: BASE_REV's python/src compiled in the same build folder (only the binding files that differ
+# recompile), then this tree's files put back.
+cp -r "$ROOT/python/src" "$W/src_new"
+mkdir -p "$W/base_py" && git -C "$ROOT" archive "$BASE_REV" python | tar x -C "$W/base_py"
+rm -rf "$ROOT/python/src" && cp -r "$W/base_py/python/src" "$ROOT/python/src"
+ninja -C "$B" -j16 _native > "$W/build_base.log" 2>&1
+base_rc=$?
+rm -rf "$ROOT/python/src" && cp -r "$W/src_new" "$ROOT/python/src"
+[ $base_rc = 0 ] || { say "build (base $BASE_REV) failed"; tail -20 "$W/build_base.log"; exit 1; }
+package base "$W/base_py/python/mlakit"
+say "built: new = this tree, base = $BASE_REV"
+
+for round in 1 2; do
+  for side in base new; do
+    PYTHONPATH="$W/pkg_$side" python3 "$ROOT/scripts/bench_torch.py" --json "$W/${side}_$round.json" "$@" \
+      > "$W/${side}_$round.txt" 2>&1 || { say "bench_torch.py ($side, round $round) failed"; tail "$W/${side}_$round.txt"; }
+  done
+done
+cp "$W"/*_[12].json "$OUT_DIR/" 2>/dev/null
+python3 - "$W" <<'EOF' | tee -a "$S"
+import json, sys
+w = sys.argv[1]
+runs = {}
+for side in ("base", "new"):
+    for r in (1, 2):
+        try:
+            runs[(side, r)] = {(x["shape"], x["call"].split(" (")[0]): x for x in json.load(open(f"{w}/{side}_{r}.json"))}
+        except OSError:
+            runs[(side, r)] = {}
+keys = list(runs[("new", 1)] or runs[("base", 1)])
+fmt = lambda v, p: "-" if v is None or v != v else f"{v:.{p}f}"
+print(f"{'shape':<34} {'call':<42} {'host us base':>15} {'host us new':>15} {'GPU ms base':>17} {'GPU ms new':>17}")
+for k in keys:
+    cells = []
+    for field, p in (("host_us", 1), ("gpu_ms", 4)):
+        for side in ("base", "new"):
+            cells.append(" / ".join(fmt(runs[(side, r)].get(k, {}).get(field), p) for r in (1, 2)))
+    print(f"{k[0]:<34.34} {k[1]:<42.42} {cells[0]:>15} {cells[1]:>15} {cells[2]:>17} {cells[3]:>17}")
+EOF
+
+if [ "${TORCH_AB_SKIP_PYTEST:-0}" != 1 ]; then
+  (cd "$ROOT" && PYTHONPATH="$W/pkg_new" python3 -m pytest tests/python -q -ra > "$W/pytest.log" 2>&1)
+  say "pytest (new package, CUDA) rc=$?: $(tail -1 "$W/pytest.log")"
+  grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20 | tee -a "$S"
+fi
+cat "$S"
