@@ -4,8 +4,8 @@ item 1), with a
 breakdown of where a decode call's host time goes, and MLAKit's prefill against torch's cuDNN attention in the same
 run (issue 10's anchor, timed the same way). Needs a CUDA device, torch and the mlakit package.
 
-Host us: 200 calls enqueued back to back without synchronisation (the GPU synchronised before and after, outside the
-measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
+Host us: calls enqueued back to back without synchronisation, the median over 5 batches of 40 (the GPU synchronised
+between batches, outside the measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
 flushed (256 MB written) before each. Prints a table; --json FILE writes every row.
 
     PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json] [--sections decode,sparse,prefill]
@@ -28,19 +28,26 @@ from mlakit.compat.flashmla import flash_mla_with_kvcache, get_mla_metadata
 
 TAU = 0.13523378
 D_C, D_R, P = 512, 64, 64
-HOST_CALLS = 200
+# Host time: the median over HOST_BATCHES batches of HOST_CALLS calls each, the GPU drained between batches. Short
+# batches keep the launch queue from filling behind a kernel longer than the call's host time (the host would then
+# wait for the GPU, and the figure would be GPU time); the median drops a batch that a host hiccup slowed.
+HOST_CALLS = 40
+HOST_BATCHES = 5
 _flush = None
 
 
 def host_us(fn) -> float:
     fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / HOST_CALLS * 1e6
+    batches = []
+    for _ in range(HOST_BATCHES):
+        t0 = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        batches.append((t1 - t0) / HOST_CALLS * 1e6)
+    return statistics.median(batches)
 
 
 def gpu_ms(fn, reps: int) -> float:
@@ -175,7 +182,7 @@ def main():
     sections = {"decode": rows_decode, "sparse": rows_sparse_and_append, "prefill": rows_prefill}
     rows = [r for name in args.sections.split(",") for r in sections[name](args.reps)]
     print(f"\nmlakit {mlakit.__version__} + torch {torch.__version__} on {torch.cuda.get_device_name()}: host us per "
-          f"eager call ({HOST_CALLS} calls, no sync), GPU ms (median of {args.reps}, L2 flushed)")
+          f"eager call (median of {HOST_BATCHES} x {HOST_CALLS} calls, no sync), GPU ms (median of {args.reps}, L2 flushed)")
     print(f"{'shape':<40} {'call':<50} {'host us':>9} {'GPU ms':>9}")
     for shape, call, hus, ms in rows:
         print(f"{shape:<40} {call:<50} {hus:9.1f} {ms:9.4f}")

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # One GPU run for a kernel experiment kept as a patch (docs/experiments/): builds this tree's CLI as the base and
 # the tree with the patch applied, A/Bs them (scripts/bench-ab.sh: bf16 anchors twice, fp8_ds_mla once, the sparse
-# anchors once per side), then runs the patched tree's Hopper decode and sparse tests, the fuzzer and racecheck on
-# four Hopper decode cases, in parallel. A summary (also $OUT_DIR/summary.txt) is printed last.
+# anchors once per side), then runs the patched tree's Hopper decode and sparse tests, the fuzzer, the sm_90a PTX
+# wrapper tests and racecheck on four Hopper decode cases, in parallel. A summary (also $OUT_DIR/summary.txt) last.
 # Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else ./try-patch-out)
-# Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER (gtest filters of the patched
-#   tree's tests, default the Hopper cases), TRY_SKIP_TESTS=1, TRY_BASE_SRC (a source tree to use as the base
-#   instead of `git archive HEAD`), TRY_LIMIT_S (default 570: the tests' timeouts end the run by then, inside the
-#   device tool's 600 s). Expects .deps/googletest, as scripts/gpu-check.sh. Exit status 1 if anything failed.
+# Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER / TRY_RACECHECK_FILTER (gtest
+#   filters of the patched tree's decode, sparse and racecheck runs; default the Hopper cases), TRY_SKIP_TESTS=1,
+#   TRY_BASE_SRC (a source tree to use as the base instead of `git archive HEAD`), TRY_LIMIT_S (default 570: the
+#   tests' timeouts end the run by then, inside the device tool's 600 s). Expects .deps/googletest, as
+#   scripts/gpu-check.sh. Exit status 1 if anything failed.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PATCH=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 OUT_DIR=${2:-${OUT:-$ROOT/try-patch-out}}
@@ -38,7 +39,8 @@ cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90
 (cmake -S "$W/base" -B "$W/base/build" "${cfg[@]}" -DMLAKIT_BUILD_TESTS=OFF > "$W/base_cfg.log" 2>&1 &&
   ninja -C "$W/base/build" -j6 mlakit_cli > "$W/base_build.log" 2>&1; echo $? > "$W/base_rc") &
 cmake -S "$W/new" -B "$W/new/build" "${cfg[@]}" -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" > "$W/new_cfg.log" 2>&1
-ninja -C "$W/new/build" -j10 gpu_test_decode gpu_test_sparse_decode gpu_test_fuzz mlakit_cli > "$W/new_build.log" 2>&1
+ninja -C "$W/new/build" -j10 gpu_test_decode gpu_test_sparse_decode gpu_test_fuzz gpu_test_ptx_sm90 mlakit_cli \
+  > "$W/new_build.log" 2>&1
 new_rc=$?
 wait
 say "build: base rc=$(cat "$W/base_rc"), patched rc=$new_rc"
@@ -79,9 +81,10 @@ P=Cuda/DecodeMatrix.MatchesReference
 job decode "$T/gpu_test_decode" --gtest_filter="${TRY_TEST_FILTER:-*cuda_sm90*:DecodeSelection.*}"
 job sparse "$T/gpu_test_sparse_decode" --gtest_filter="${TRY_SPARSE_FILTER:-*cuda_sm90*:SparseSelection.*}"
 job fuzz "$T/gpu_test_fuzz"
+job ptx "$T/gpu_test_ptx_sm90"
 if command -v compute-sanitizer > /dev/null; then
   job racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_decode" \
-    --gtest_filter="$P/cuda_sm90_bf16_P64_h128:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_bf16_P1_h9"
+    --gtest_filter="${TRY_RACECHECK_FILTER:-$P/cuda_sm90_bf16_P64_h128:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_bf16_P1_h9}"
 else
   say "compute-sanitizer not found: racecheck not run"
   echo 1 > "$W/rc_racecheck"
@@ -89,5 +92,5 @@ fi
 wait
 grep -hE "^\[  FAILED" "$W/decode.log" "$W/sparse.log" | head -20 | tee -a "$S"
 failed=$(cat "$W"/rc_* | grep -cv '^0$')
-say "tests: $failed of 4 jobs failed"
+say "tests: $failed of 5 jobs failed"
 [ "$failed" = 0 ]
