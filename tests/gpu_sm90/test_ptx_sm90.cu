@@ -1,8 +1,9 @@
 // One test per wrapper of src/cuda/common/ptx_sm90.cuh, against plain host loops: the 128-byte swizzle
 // and the wgmma descriptors (K-major Q.K^T-like products, MN-major P.V-like products with P from shared
 // memory and from registers), the accumulator layout, TMA boxes of a paged cache (through the project's
-// own tensor-map encoder) completing on an mbarrier, cp.async completing on an mbarrier, and the L2 bulk
-// prefetch.
+// own tensor-map encoder) completing on an mbarrier, cp.async completing on an mbarrier, the L2 bulk
+// prefetch, and a CTA pair exchanging halves of a buffer (cluster rank, bulk copy into the peer's shared memory
+// completing on its barrier, arrivals on the peer's barriers, the cluster barrier).
 // Compiled for sm_90a only; skipped on other devices.
 
 #include <cuda_bf16.h>
@@ -176,6 +177,53 @@ __global__ void prefetch_kernel(const uint8_t* src, uint8_t* dst, int rows, int 
   for (int i = threadIdx.x; i < rows * row_bytes; i += blockDim.x) dst[i] = src[i];
 }
 
+// A cluster of two CTAs, the decode kernel's CTA pairs in miniature: for kRounds rounds through one buffer, each CTA
+// fills its half (rank r: bytes [r * kHalf, r * kHalf + kHalf)), copies it into the peer's buffer (bulk_copy_to_peer,
+// completing on the peer's full barrier, whose phase this CTA's own arrival expects the bytes of), waits for its
+// full barrier, checks the whole buffer, and gives the buffer back to both producers (an empty barrier of 2 x 128
+// arrivals: this CTA's threads and the peer's, mbar_arrive_cluster). Counts every wrong word in `errors`.
+constexpr int kHalf = 4096, kPairRounds = 6;
+
+__device__ uint32_t pair_word(uint32_t rank, int round, int i) { return (rank << 28) ^ (uint32_t(round) << 20) ^ uint32_t(i); }
+
+__global__ void cluster_pair_kernel(int* errors, uint32_t* ranks) {
+  __shared__ alignas(128) uint32_t buf[2 * kHalf / 4];
+  __shared__ alignas(8) uint64_t full, empty;
+  const uint32_t rank = cluster_ctarank(), peer = rank ^ 1u;
+  const uint32_t f = smem_addr(&full), e = smem_addr(&empty);
+  if (threadIdx.x == 0) {
+    ranks[blockIdx.x] = rank | (cluster_nctarank() << 8);
+    mbar_init(f, blockDim.x);
+    mbar_init(e, 2 * blockDim.x);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  cluster_sync();
+  int bad = 0;
+  for (int round = 0; round < kPairRounds; ++round) {
+    mbar_wait(e, (uint32_t(round) & 1u) ^ 1u);  // both CTAs are done with the previous round's buffer
+    for (int i = threadIdx.x; i < kHalf / 4; i += blockDim.x) buf[rank * (kHalf / 4) + i] = pair_word(rank, round, i);
+    fence_proxy_async();
+    named_barrier_sync(1, blockDim.x);
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(f, kHalf);
+      const uint32_t half = smem_addr(buf) + rank * kHalf;
+      bulk_copy_to_peer(half, half, kHalf, f, peer);
+    } else {
+      mbar_arrive(f);
+    }
+    mbar_wait(f, uint32_t(round) & 1u);
+    for (int i = threadIdx.x; i < 2 * kHalf / 4; i += blockDim.x) {
+      const uint32_t from = uint32_t(i / (kHalf / 4));
+      bad += buf[i] != pair_word(from, round, i % (kHalf / 4)) ? 1 : 0;
+    }
+    mbar_arrive(e);
+    mbar_arrive_cluster(e, peer);
+  }
+  atomicAdd(errors, bad);
+  cluster_sync();  // no CTA leaves while its peer may still arrive on its barrier
+}
+
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -332,6 +380,35 @@ TEST(PtxSm90, BulkPrefetchOfUnalignedRowsLeavesMemory) {
   EXPECT_EQ(got, src);
   cudaFree(ds);
   cudaFree(dd);
+}
+
+TEST(PtxSm90, ClusterPairExchangesHalvesThroughPeerSharedMemory) {
+  SKIP_UNLESS_HOPPER();
+  int* errors = nullptr;
+  uint32_t* ranks = nullptr;
+  CUDA_OK(cudaMalloc(&errors, sizeof(int)));
+  CUDA_OK(cudaMalloc(&ranks, 4 * sizeof(uint32_t)));
+  CUDA_OK(cudaMemset(errors, 0, sizeof(int)));
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.gridDim = dim3(4);  // two clusters
+  cfg.blockDim = dim3(128);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CUDA_OK(cudaLaunchKernelEx(&cfg, cluster_pair_kernel, errors, ranks));
+  CUDA_OK(cudaDeviceSynchronize());
+  int bad = -1;
+  uint32_t got[4] = {};
+  CUDA_OK(cudaMemcpy(&bad, errors, sizeof(int), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got, ranks, sizeof(got), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(bad, 0) << "words of the buffer that were not what their writer stored, over " << kPairRounds << " rounds";
+  for (uint32_t b = 0; b < 4; ++b) EXPECT_EQ(got[b], (b % 2) | (2u << 8)) << "rank | size << 8 of block " << b;
+  cudaFree(errors);
+  cudaFree(ranks);
 }
 
 }  // namespace

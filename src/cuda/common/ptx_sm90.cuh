@@ -1,7 +1,7 @@
 #pragma once
 // Thin wrappers over the Hopper (sm_90a) PTX instructions of the Hopper kernels: mbarriers, bulk tensor
-// copies (TMA), warpgroup MMA (wgmma) with its shared-memory matrix descriptors, register reallocation
-// (setmaxnreg) and the proxy fence. Device code only; include it only from code compiled for sm_90a.
+// copies (TMA), cluster rank and barrier with copies and arrivals into a peer CTA's shared memory, warpgroup MMA
+// (wgmma) with its shared-memory matrix descriptors, register reallocation (setmaxnreg) and the proxy fence. Device code only; include it only from code compiled for sm_90a.
 // Raw PTX rather than CuTe: the kernels need six instructions and two shared-memory layouts, and one
 // header of wrappers (each exercised by tests/gpu/test_ptx_sm90.cu) is easier to audit than a template
 // library pinned into the build (docs/design.md).
@@ -57,6 +57,49 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
 #endif
+}
+
+// ---- thread block clusters: two CTAs of a request sharing converted KV tiles (docs/design.md) ----
+
+/// This CTA's rank in its cluster, and the cluster's size (1 when launched without cluster dimensions).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return n;
+}
+/// Every thread of every CTA of the cluster, converged (.aligned): what each did before (barrier initialisation,
+/// its last accesses to a peer's shared memory) is visible to, and complete for, all after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/// Arrives on the barrier at shared-memory address `bar` (this CTA's window) of CTA `cta_rank` of the cluster. The
+/// default (CTA-scope) semantics, as CUTLASS's cluster pipelines release a stage: what it signals is that this
+/// warp's wgmma reads of the stage are complete (wgmma.wait_group), which needs no memory fence; `.release.cluster`
+/// puts a MEMBAR.ALL.GPU before every arrival (seen in the SASS of an earlier experiment).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta_rank)
+      : "memory");
+}
+/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's shared memory at `src` to the
+/// same-layout shared memory of CTA `cta_rank` at `dst` (an address in this CTA's window, mapped to the peer's), and
+/// completes them on the peer's barrier at `bar` (likewise mapped): the bytes count against the transaction count
+/// the peer's current phase expects. The copy reads `src` through the asynchronous proxy, so ordinary stores to it
+/// must be ordered before by fence_proxy_async() (and, from other threads, a barrier).
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar,
+                                                  uint32_t cta_rank) {
+  asm volatile(
+      "{\n .reg .b32 rdst, rbar;\n mapa.shared::cluster.u32 rdst, %0, %3;\n mapa.shared::cluster.u32 rbar, %2, %3;\n"
+      " cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [rdst], [%1], %4, [rbar];\n}\n" ::"r"(dst),
+      "r"(src), "r"(bar), "r"(cta_rank), "r"(bytes)
+      : "memory");
 }
 
 // ---- fences, register reallocation ----

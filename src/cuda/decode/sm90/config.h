@@ -57,8 +57,19 @@ __host__ __device__ constexpr int part_first_chunk(int part) {
 }
 __host__ __device__ constexpr int part_chunks(int part) { return part == kPartRope ? 1 : kVHalfChunks; }
 __host__ __device__ constexpr int part_bytes(int part) { return part_chunks(part) * kChunkBytes; }
-/// Empty-barrier arrivals: one per warp of the warpgroup that releases the part.
+/// Empty-barrier arrivals: one per warp of the warpgroup that releases the part (twice that in a CTA pair, below).
 inline constexpr int kReleaseArrivals = kWarpgroupThreads / 32;
+
+// ---- CTA pairs (fp8 caches) ----
+// Where the producer converts fp8 rows, converting is what sets the pace at 128 query rows (docs/performance.md).
+// The two row blocks of a request (or of a sparse query token) read the same tiles, so they run as a cluster of
+// two CTAs: each producer converts half of every tile's rows (rank r: rows [32 r, 32 r + 32)), stores them in its
+// own stage and copies them into the peer's (cp.async.bulk between the CTAs' shared memory, completing on the
+// peer's full barriers), and a stage part is refilled only when the consumers of both CTAs released it. In the
+// 128-byte swizzle every row keeps its own 128 bytes, so the half rows of a chunk are one contiguous 4 KB block.
+inline constexpr int kPairRows = kBlockN / 2;                     // rows of a tile each CTA of a pair converts
+inline constexpr int kPairChunkBytes = kPairRows * 128;           // 4 KB: those rows of one chunk
+__host__ __device__ constexpr int part_pair_bytes(int part) { return part_chunks(part) * kPairChunkBytes; }
 
 // ---- named barriers (0 is __syncthreads) ----
 // Both consumers bar.sync each of them (bar.arrive on the publishing side would let the owner run on,
@@ -66,6 +77,7 @@ inline constexpr int kReleaseArrivals = kWarpgroupThreads / 32;
 inline constexpr int kBarMaxBase = 1;  // + w: warpgroup w published the row maxima of its tile
 inline constexpr int kBarPBase = 3;    // + w: warpgroup w stored P of its tile in shared memory
 inline constexpr int kBarRowSum = 5;   // the consumers' row sums (epilogue), written / read
+inline constexpr int kBarProducer = 6;  // the producer's converted rows are all stored (before the copy to the peer)
 inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
 
 // ---- shared memory, in bytes from a 1024-byte aligned base ----

@@ -87,6 +87,13 @@ __device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int
 /// which the form without .aligned allows (compute-sanitizer synccheck flags bar.sync there).
 __device__ __forceinline__ void consumer_barrier(int id, int threads) { named_barrier_sync_unaligned(id, threads); }
 
+/// Gives `part` of stage `st` back to the producer (one arrival per warp, from lane 0), and in a CTA pair to the
+/// peer's producer too, which copies its half of the next tile into this CTA's stage (config.h, "CTA pairs").
+__device__ __forceinline__ void release(const Smem& sm, uint32_t st, int part, int peer) {
+  mbar_arrive(sm.empty(st, part));
+  if (peer >= 0) mbar_arrive_cluster(sm.empty(st, part), uint32_t(peer));
+}
+
 /// O *= alpha (per row); skipped when no row maximum of the warp moved (alpha is exactly 1 then).
 __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]) {
   if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
@@ -96,7 +103,7 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
 
 template <bool kBf16, KvKind kKind, bool kSparse>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
-                                             int row_block, int me) {
+                                             int row_block, int me, int peer) {
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
   const int warp = ctid / 32;
   const int lane = ctid % 32;
@@ -155,12 +162,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
           // The previous tile's P V (from shared memory) was committed before this tile's Q K^T groups: once it is
           // done, its V half goes back to the producer, a whole Q K^T earlier than the wait for S below would.
           wgmma_wait<kQkGroups>();
-          if (lane == 0) mbar_arrive(sm.empty(st ^ 1, me));
+          if (lane == 0) release(sm, st ^ 1, me, peer);
         }
         wgmma_wait<0>();
         fence_registers(s);
         fence_registers(o);
-        if (lane == 0) mbar_arrive(sm.empty(st, kPartRope));  // Q K^T read the RoPE columns for the last time
+        if (lane == 0) release(sm, st, kPartRope, peer);  // Q K^T read the RoPE columns for the last time
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -221,7 +228,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
         fence_registers(o);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
-        if (lane == 0 && j > 0) mbar_arrive(sm.empty(st ^ 1, me));
+        if (lane == 0 && j > 0) release(sm, st ^ 1, me, peer);
         consumer_barrier(kBarMaxBase + (1 - me), kConsumerThreads);
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
@@ -247,7 +254,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
     if (lane == 0) {
-      mbar_arrive(sm.empty((g0 + n - 1) & 1, me));  // the last tile's P V
+      release(sm, (g0 + n - 1) & 1, me, peer);  // the last tile's P V
       mbar_arrive(sm.q_empty());                     // every Q K^T of this piece is done
     }
 

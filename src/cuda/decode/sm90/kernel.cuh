@@ -21,23 +21,28 @@ namespace mlakit::cuda::decode::sm90 {
 inline constexpr int kSmemAlloc = SmemLayout::total + 1024;
 static_assert(kSmemAlloc <= 227 * 1024);
 
-/// Grid: (row blocks of 64 query rows, plan partitions). `kv_map` describes the cache for TMA when
+/// Grid: (row blocks of 64 query rows, plan partitions); kPair: in clusters of two along the row blocks (CTA pairs,
+/// config.h: fp8 caches with an even number of row blocks). `kv_map` describes the cache for TMA when
 /// use_tma is set (16-bit caches with pages of >= 16 tokens); otherwise every tile is copied row by row, and fp8
 /// rows (kKind) are dequantised by the producer on the way.
-template <bool kBf16, KvKind kKind, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
+  static_assert(!kPair || kKind != KvKind::k16Bit, "CTA pairs share converted fp8 tiles only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t pad = (1024u - raw % 1024u) % 1024u;
   const Smem sm{smem_raw + pad, raw + pad};
   const int wg = int(threadIdx.x) / kWarpgroupThreads;
+  // The other CTA of a pair (kPair: config.h, "CTA pairs", launched as clusters of two), or -1: a constant then, so
+  // that a kernel without pairs compiles to the code it had before pairs existed.
+  const int peer = kPair ? int(cluster_ctarank() ^ 1u) : -1;
 
   if (threadIdx.x == 0) {
     for (uint32_t st = 0; st < kStages; ++st) {
       for (int part = 0; part < kParts; ++part) {
         mbar_init(sm.full(st, part), kWarpgroupThreads);
-        mbar_init(sm.empty(st, part), kReleaseArrivals);
+        mbar_init(sm.empty(st, part), kReleaseArrivals * (peer >= 0 ? 2 : 1));  // a pair: both CTAs' consumers
       }
     }
     mbar_init(sm.q_full(), kWarpgroupThreads);
@@ -45,16 +50,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_barrier_init();
   }
   __syncthreads();
+  if (peer >= 0) cluster_sync();  // the peer's barriers exist before anything arrives on them
   pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
 
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer<kBf16, kKind, kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x));
+    run_producer<kBf16, kKind, kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), peer);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kKind, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg);
+    run_consumer<kBf16, kKind, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg, peer);
   }
+  // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
+  if (peer >= 0) cluster_sync();
 }
 
 }  // namespace mlakit::cuda::decode::sm90

@@ -8,7 +8,8 @@
 //     never multiplies a zero probability by the NaN of a page tail.
 //   - Sparse decode: every tile row by row too, each thread from the offsets of its own 4 rows, looked up
 //     once per tile (sparse_row_offset); rows of invalid ids zero-filled.
-//   - fp8 caches: every tile through registers, dequantised on the way (producer_fp8.cuh).
+//   - fp8 caches: every tile through registers, dequantised on the way (producer_fp8.cuh); in a CTA pair each
+//     producer converts half the rows and copies them into the peer's stage too.
 //   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
 // Completion reaches the consumers through the full barriers (128 arrivals: one per producer thread, the
 // TMA issuer's carrying the byte count); the producer refills a part after its empty barrier completes.
@@ -137,9 +138,10 @@ __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& s
   mbar_arrive_on_cp_async(sm.q_full());
 }
 
+/// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1.
 template <bool kBf16, KvKind kKind, bool kSparse>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
-                                             const Smem& sm, int partition, int row_block) {
+                                             const Smem& sm, int partition, int row_block, int peer) {
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
@@ -152,7 +154,8 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       if constexpr (kKind != KvKind::k16Bit) {
         // The tile before Q, as for 16-bit caches: Q waits for the previous piece's last Q K^T, and converting this
         // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece).
-        load_tile_fp8<kBf16, kKind, kSparse>(p, pc.req, pc.len, t0, j + 1 < pc.n_tiles, sm, st, free_parity, ptid);
+        load_tile_fp8<kBf16, kKind, kSparse>(p, pc.req, pc.len, t0, j + 1 < pc.n_tiles, sm, st, free_parity, ptid,
+                                             peer);
         if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/smem.cuh"
@@ -93,37 +94,60 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind>& r, uint8_t* s
 
 /// Fills stage `st` with the tile of plan request `req` starting at token (or index column) t0, all three parts,
 /// once their empty barriers allow (parity free_parity), and arrives on their full barriers. `has_next`: the
-/// request has a tile after this one in this piece, whose rows are prefetched into L2.
+/// request has a tile after this one in this piece, whose rows are prefetched into L2. `peer` >= 0 (a CTA pair,
+/// config.h): this CTA converts only its half of the rows (pass = its rank) and copies them into the peer's stage,
+/// completing on the peer's full barriers; its own full barriers expect the peer's half the same way.
 template <bool kBf16, KvKind kKind, bool kSparse>
 __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t len, int64_t t0,
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,
-                                              int ptid) {
+                                              int ptid, int peer) {
+  static_assert(kFp8Passes == 2 && kFp8RowsPerPass == kPairRows, "a pair splits a tile by passes");
   constexpr int kRowBytes = kv_kind_row_bytes(kKind);
   const int q = ptid % kFp8ThreadsPerRow;
   const int row0 = ptid / kFp8ThreadsPerRow;
+  const int first_pass = peer >= 0 ? (peer ^ 1) : 0;  // a pair: this CTA's rank
+  const int end_pass = peer >= 0 ? first_pass + 1 : kFp8Passes;
   if (has_next && q == 0) {
-#pragma unroll
-    for (int k = 0; k < kFp8Passes; ++k) {
+    for (int k = first_pass; k < end_pass; ++k) {
       const int64_t off = kv_row_offset<kSparse>(p, req, t0 + kBlockN + row0 + kFp8RowsPerPass * k, len);
       if (off >= 0) bulk_prefetch_l2(p.pages + off, kRowBytes);
     }
   }
   uint8_t* stage = sm.ptr + (sm.stage(st) - sm.base);
 #pragma unroll 1
-  for (int k = 0; k < kFp8Passes; ++k) {
+  for (int k = first_pass; k < end_pass; ++k) {
     const int row = row0 + kFp8RowsPerPass * k;
     const int64_t off = kv_row_offset<kSparse>(p, req, t0 + row, len);
     Fp8Row<kKind> r;
     load_fp8_row<kKind>(off >= 0 ? p.pages + off : nullptr, q, r);
-    if (k == 0) {
+    if (k == first_pass) {
 #pragma unroll
       for (int part = 0; part < kParts; ++part) mbar_wait(sm.empty(st, part), free_parity);
     }
     store_fp8_row<kBf16, kKind>(r, stage, row, q);
   }
-  fence_proxy_async();  // the consumers' wgmma reads these stores through the async proxy
+  fence_proxy_async();  // the consumers' wgmma (and a copy to the peer) read these stores through the async proxy
+  if (peer < 0) {
 #pragma unroll
-  for (int part = 0; part < kParts; ++part) mbar_arrive(sm.full(st, part));
+    for (int part = 0; part < kParts; ++part) mbar_arrive(sm.full(st, part));
+    return;
+  }
+  named_barrier_sync(kBarProducer, kWarpgroupThreads);  // every row of this CTA's half is stored
+  if (ptid == 0) {
+    const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      // The peer's half of this stage lands on this CTA's full barrier: expect its bytes with this arrival.
+      mbar_arrive_expect_tx(sm.full(st, part), part_pair_bytes(part));
+      for (int c = 0; c < part_chunks(part); ++c) {
+        const uint32_t at = sm.stage(st) + (part_first_chunk(part) + c) * kChunkBytes + half;
+        bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, part), uint32_t(peer));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) mbar_arrive(sm.full(st, part));
+  }
 }
 
 }  // namespace mlakit::cuda::decode::sm90

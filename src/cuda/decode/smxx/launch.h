@@ -15,16 +15,26 @@ namespace mlakit::cuda::decode {
 /// previous one in the stream finishes, and waits for it in pdl_wait(). Not copyable: cfg points at attr.
 struct PdlLaunch {
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1]{};
-  PdlLaunch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, bool pdl) {
+  cudaLaunchAttribute attr[2]{};
+  /// `cluster_x` > 1: clusters of that many CTAs along x (the Hopper kernel's CTA pairs; grid.x a multiple of it).
+  PdlLaunch(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, bool pdl, unsigned cluster_x = 1) {
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem_bytes;
     cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    if (pdl) {
+      attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+      ++cfg.numAttrs;
+    }
+    if (cluster_x > 1) {
+      attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+      attr[cfg.numAttrs].val.clusterDim.x = cluster_x;
+      attr[cfg.numAttrs].val.clusterDim.y = 1;
+      attr[cfg.numAttrs].val.clusterDim.z = 1;
+      ++cfg.numAttrs;
+    }
   }
   PdlLaunch(const PdlLaunch&) = delete;
   PdlLaunch& operator=(const PdlLaunch&) = delete;

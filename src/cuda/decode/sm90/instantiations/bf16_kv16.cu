@@ -8,7 +8,7 @@ template Status launch_decode_kernel<true, KvKind::k16Bit, false>(const DecodePa
 
 Status kernels_loadable() {
   cudaFuncAttributes attr{};
-  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true, KvKind::k16Bit, false>);
+  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true, KvKind::k16Bit, false, false>);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the caller only asked
     return Status::not_supported(std::string("the sm_90a kernels cannot run on this device: ") +
