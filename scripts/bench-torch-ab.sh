@@ -4,6 +4,8 @@
 # base / new / base / new, and prints the host-us and GPU-ms columns side by side. Then runs the new package's
 # pytest suite (torch CUDA tensors, graph capture, torch.compile). For changes confined to python/ (the bindings
 # and the package): it refuses a BASE_REV that differs from this tree anywhere else that is built.
+# BASE_REV = python-ops: no second module; the base side is this tree's package with MLAKIT_TORCH_OPS=python (the
+# operators defined in Python), the new side the same package with its C++ operators (mlakit/_torch_ops.so).
 # Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT or ./torch-ab-out)
 # Environment: TORCH_AB_SKIP_PYTEST=1. Needs torch, nanobind and numpy in python3 (the GPU machine has them).
 set -uo pipefail
@@ -18,7 +20,8 @@ S=$OUT_DIR/summary.txt
 t0=$(date +%s)
 say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
 
-if ! git -C "$ROOT" diff --quiet "$BASE_REV" -- src include cmake CMakeLists.txt python/CMakeLists.txt; then
+if [ "$BASE_REV" != python-ops ] &&
+  ! git -C "$ROOT" diff --quiet "$BASE_REV" -- src include cmake CMakeLists.txt python/CMakeLists.txt; then
   say "$BASE_REV differs from this tree outside python/src and python/mlakit: use scripts/try-patch.sh or two builds"
   exit 2
 fi
@@ -30,25 +33,34 @@ cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -D
   -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg.log" 2>&1 || { say "configure failed"; tail "$W/cfg.log"; exit 1; }
 # The package folder of one side: its python/mlakit sources plus the module just built.
 package() {
-  mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$B"/python/_native*.so "$W/pkg_$1/mlakit/"
+  mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$B"/python/_native*.so "$W/pkg_$1/mlakit/" &&
+    if [ "$1" = new ] && [ -f "$B/python/_torch_ops.so" ]; then cp "$B/python/_torch_ops.so" "$W/pkg_$1/mlakit/"; fi
 }
-ninja -C "$B" -j16 _native > "$W/build_new.log" 2>&1 || { say "build (new) failed"; tail -20 "$W/build_new.log"; exit 1; }
+ninja -C "$B" -j16 > "$W/build_new.log" 2>&1 || { say "build (new) failed"; tail -20 "$W/build_new.log"; exit 1; }
 package new "$ROOT/python/mlakit"
-# The base module: BASE_REV's python/src compiled in the same build folder (only the binding files that differ
-# recompile), then this tree's files put back.
-cp -r "$ROOT/python/src" "$W/src_new"
-mkdir -p "$W/base_py" && git -C "$ROOT" archive "$BASE_REV" python | tar x -C "$W/base_py"
-rm -rf "$ROOT/python/src" && cp -r "$W/base_py/python/src" "$ROOT/python/src"
-ninja -C "$B" -j16 _native > "$W/build_base.log" 2>&1
-base_rc=$?
-rm -rf "$ROOT/python/src" && cp -r "$W/src_new" "$ROOT/python/src"
-[ $base_rc = 0 ] || { say "build (base $BASE_REV) failed"; tail -20 "$W/build_base.log"; exit 1; }
-package base "$W/base_py/python/mlakit"
-say "built: new = this tree, base = $BASE_REV"
+base_env=()
+if [ "$BASE_REV" = python-ops ]; then
+  ln -s "$W/pkg_new" "$W/pkg_base"
+  base_env=(MLAKIT_TORCH_OPS=python)
+  say "built: new = this tree's C++ operators, base = the same package with MLAKIT_TORCH_OPS=python"
+else
+  # The base module: BASE_REV's python/src compiled in the same build folder (only the binding files that differ
+  # recompile), then this tree's files put back.
+  cp -r "$ROOT/python/src" "$W/src_new"
+  mkdir -p "$W/base_py" && git -C "$ROOT" archive "$BASE_REV" python | tar x -C "$W/base_py"
+  rm -rf "$ROOT/python/src" && cp -r "$W/base_py/python/src" "$ROOT/python/src"
+  ninja -C "$B" -j16 _native > "$W/build_base.log" 2>&1
+  base_rc=$?
+  rm -rf "$ROOT/python/src" && cp -r "$W/src_new" "$ROOT/python/src"
+  [ $base_rc = 0 ] || { say "build (base $BASE_REV) failed"; tail -20 "$W/build_base.log"; exit 1; }
+  package base "$W/base_py/python/mlakit"
+  say "built: new = this tree, base = $BASE_REV"
+fi
 
 for round in 1 2; do
   for side in base new; do
-    PYTHONPATH="$W/pkg_$side" python3 "$ROOT/scripts/bench_torch.py" --json "$W/${side}_$round.json" "$@" \
+    env $([ $side = base ] && echo "${base_env[@]}") PYTHONPATH="$W/pkg_$side" python3 "$ROOT/scripts/bench_torch.py" \
+      --json "$W/${side}_$round.json" "$@" \
       > "$W/${side}_$round.txt" 2>&1 || { say "bench_torch.py ($side, round $round) failed"; tail "$W/${side}_$round.txt"; }
   done
 done

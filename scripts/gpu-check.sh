@@ -90,7 +90,8 @@ fi
 if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  # pytest over the module just built (torch CUDA tensors, graph capture)
   start=$(date +%s)
   pkg=$(mktemp -d)
-  cp -r "$ROOT/python/mlakit" "$pkg/" && cp "$BUILD"/python/_native*.so "$pkg/mlakit/"
+  cp -r "$ROOT/python/mlakit" "$pkg/" && cp "$BUILD"/python/_native*.so "$pkg/mlakit/" &&
+    { [ ! -f "$BUILD/python/_torch_ops.so" ] || cp "$BUILD/python/_torch_ops.so" "$pkg/mlakit/"; }
   (cd "$ROOT" && PYTHONPATH="$pkg" MLAKIT_TESTDATA_DIR="$BUILD/testdata" python3 -m pytest tests/python -ra -q) \
     > "$OUT_DIR/pytest.log" 2>&1
   note "pytest rc=$?: $(tail -1 "$OUT_DIR/pytest.log") in $(elapsed $start)"

@@ -12,7 +12,10 @@ conventions are MLAKit's native ones (lse ``[b, s_q, h_q]``, ``-inf`` for empty 
 The operators are defined with ``torch.library.Library`` (schema, CPU and CUDA kernels, fake kernel) rather than
 ``torch.library.custom_op``: the same dispatcher entry at a third of the host time per call (custom_op adds
 Python-level autograd and bookkeeping layers; measured in docs/performance.md). Each kernel makes one call into
-the native module, which takes torch's current stream and allocates the workspace through torch itself.
+the native module, which takes torch's current stream and allocates the workspace through torch itself. Where the
+package was built with torch present, the per-layer operators (decode, sparse_decode, append_kv, append_kv_rope_q)
+come from C++ instead (``mlakit/_torch_ops.so``, same schemas; :data:`CPP_OPS` says which serve), with no Python
+frame in an eager call; ``MLAKIT_TORCH_OPS=python`` keeps the Python ones.
 
 For CUDA graphs, split decode into :func:`decode_plan` (once per step, writes the schedule into a
 workspace tensor sized by :func:`decode_workspace_bytes`) and :func:`decode_run` (once per layer):
@@ -20,6 +23,8 @@ replaying the graph after updating ``seq_lens`` / ``block_table`` in place re-pl
 """
 
 
+import os
+import warnings
 from typing import Optional
 
 import torch
@@ -41,18 +46,39 @@ __all__ = [
 ]
 
 
-_lib = torch.library.Library("mlakit", "DEF")  # the registrations live as long as this object
+def _load_cpp_ops() -> bool:
+    """Loads mlakit/_torch_ops.so, the per-layer operators registered from C++ (python/torch_ops/), when the package
+    has it (built where torch was present) and MLAKIT_TORCH_OPS is not 'python'."""
+    path = os.path.join(os.path.dirname(mlakit.__file__), "_torch_ops.so")
+    if os.environ.get("MLAKIT_TORCH_OPS", "") == "python" or not os.path.exists(path):
+        return False
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:  # built against another torch
+        warnings.warn(f"mlakit: {path} does not load with torch {torch.__version__} ({e}); its operators run in Python")
+        return False
+    return True
+
+
+CPP_OPS = _load_cpp_ops()  # whether decode, sparse_decode, append_kv and append_kv_rope_q are the C++ ones
+_lib = torch.library.Library("mlakit", "FRAGMENT")  # the registrations live as long as this object
+_SCHEMAS: dict[str, str] = {}  # name -> schema, as defined here (the C++ operators must match: a test checks)
+_KERNELS: dict[str, object] = {}  # name -> Python kernel (the fallback where the C++ operator is absent)
 
 
 def _op(schema: str, fake):
     """Defines ``mlakit::<name>`` from `schema` with the decorated function as its CPU and CUDA kernel and `fake` as
-    its fake (meta) kernel; returns ``torch.ops.mlakit.<name>``."""
+    its fake (meta) kernel; returns ``torch.ops.mlakit.<name>``. An operator _torch_ops.so already defined keeps its
+    C++ kernels and gets only the fake one."""
 
     def register(kernel):
         name = schema.split("(", 1)[0]
-        _lib.define(schema)
-        _lib.impl(name, kernel, "CPU")
-        _lib.impl(name, kernel, "CUDA")
+        _SCHEMAS[name] = schema
+        _KERNELS[name] = kernel
+        if not hasattr(torch.ops.mlakit, name):
+            _lib.define(schema)
+            _lib.impl(name, kernel, "CPU")
+            _lib.impl(name, kernel, "CUDA")
         torch.library.register_fake(f"mlakit::{name}", fake, lib=_lib)
         op = getattr(torch.ops.mlakit, name)
         op.__doc__ = kernel.__doc__

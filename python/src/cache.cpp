@@ -1,60 +1,15 @@
 #include "cache.h"
 
+#include "cache_layout.h"
+
 namespace mlakit::py {
-namespace {
-
-// FlashMLA's cache is [num_pages, page_size, h_kv, row] with h_kv = 1 (MLA has one latent KV head).
-constexpr int kFlashLayoutRank = 4;
-constexpr int kHeadDim = 2;
-constexpr int kCacheRank = 3;
-
-// Drops the unit KV-head dimension of a 4-D cache.
-void squeeze_head_dim(TensorView& v, const char* name) {
-  if (v.ndim != kFlashLayoutRank) return;
-  if (v.shape[kHeadDim] != 1) {
-    throw_conversion(name, "4-D cache " + v.describe() +
-                                     ": dimension 2 (KV heads) must be 1; MLA caches hold one latent head");
-  }
-  v.shape[2] = v.shape[3];
-  v.stride[2] = v.stride[3];
-  v.shape[3] = 0;
-  v.stride[3] = 0;
-  v.ndim = kCacheRank;
-}
-
-// Reinterprets an element cache [num_pages, P, d] as the bytes [num_pages, P, d * itemsize] that the
-// C++ API takes. Strides scale by the item size; a non-unit last stride stays non-unit so that
-// validate() reports it.
-void view_as_bytes(TensorView& v) {
-  if (v.dtype == DType::kUInt8 || v.ndim != kCacheRank) return;
-  const int64_t itemsize = int64_t(dtype_size(v.dtype));
-  v.shape[2] *= itemsize;
-  v.stride[0] *= itemsize;
-  v.stride[1] *= itemsize;
-  if (v.stride[2] != 1) v.stride[2] *= itemsize;
-  v.dtype = DType::kUInt8;
-}
-
-KvFormat infer_format(DType element_dtype, const char* name) {
-  switch (element_dtype) {
-    case DType::kBF16: return KvFormat::kBF16;
-    case DType::kFP16: return KvFormat::kFP16;
-    case DType::kFP8E4M3: return KvFormat::kFP8E4M3;
-    default:
-      throw_conversion(name, std::string("format is required for a ") + dtype_name(element_dtype) +
-                                 " cache (one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4)");
-  }
-}
-
-}  // namespace
 
 KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::handle kv_scale, bool v_whole_row,
                  const char* name, nb::handle k_pe)
     : pages_obj_(nb::borrow(pages)), k_pe_obj_(nb::borrow(k_pe)) {
   TensorView v = arrays_.view(pages, name, Access::kWrite);
   const DType element_dtype = v.dtype;
-  squeeze_head_dim(v, name);
-  view_as_bytes(v);
+  throw_if_failed(to_cache_bytes(v, name));
   view_.pages = v;
   if (!k_pe.is_none()) {
     TensorView r = arrays_.view(k_pe, "k_pe", Access::kWrite);
@@ -62,11 +17,14 @@ KvCache::KvCache(nb::handle pages, nb::handle format, int d_c, int d_r, nb::hand
       throw_conversion("k_pe", r.describe() + ": must have the dtype of " + std::string(name) + " (" +
                                    dtype_name(element_dtype) + ")");
     }
-    squeeze_head_dim(r, "k_pe");
-    view_as_bytes(r);
+    throw_if_failed(to_cache_bytes(r, "k_pe"));
     view_.k_pe = r;
   }
-  view_.format = format.is_none() ? infer_format(element_dtype, name) : parse_kv_format(nb::cast<std::string>(format));
+  if (format.is_none()) {
+    throw_if_failed(infer_kv_format(element_dtype, name, &view_.format));
+  } else {
+    view_.format = parse_kv_format(nb::cast<std::string>(format));
+  }
   view_.dims = MlaDims{d_c, d_r, v_whole_row};
   if (kv_scale.is_none()) {
     view_.kv_scale_value = 1.0f;

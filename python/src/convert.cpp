@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include "cache_layout.h"
+
 #include <cstring>
 #include <optional>
 #include <string>
@@ -258,11 +260,9 @@ RopeStyle parse_rope_style(const std::string& s) {
 }
 
 KvFormat parse_kv_format(const std::string& s) {
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla, KvFormat::kFP8DsV4}) {
-    if (s == kv_format_name(f)) return f;
-  }
-  throw nb::value_error(
-      ("format='" + s + "': must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4").c_str());
+  KvFormat f{};
+  throw_if_failed(parse_kv_format(std::string_view(s), "format", &f));
+  return f;
 }
 
 }  // namespace mlakit::py

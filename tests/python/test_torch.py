@@ -63,6 +63,53 @@ def test_requires_grad_is_refused_with_reason():
         mlakit.decode(q.float().requires_grad_().bfloat16(), cache, block_table, seq_lens, out, softmax_scale=TAU)
 
 
+needs_cpp_ops = pytest.mark.skipif(not mt.CPP_OPS, reason="mlakit/_torch_ops.so not in this package (built without torch)")
+CPP_OP_NAMES = ("decode", "sparse_decode", "append_kv", "append_kv_rope_q")
+
+
+@needs_cpp_ops
+def test_cpp_operators_have_the_python_definitions_schemas():
+    # The Python definitions are the fallback where _torch_ops.so is absent: callers must not see a difference.
+    for name in CPP_OP_NAMES:
+        want = torch._C.parse_schema(f"mlakit::{mt._SCHEMAS[name]}")
+        assert getattr(torch.ops.mlakit, name).default._schema == want, name
+
+
+@needs_cpp_ops
+def test_cpp_and_python_kernels_agree_bit_for_bit_on_cpu():
+    inputs = decode_inputs("cpu", s_q=2)
+    got = torch.ops.mlakit.decode(*inputs, TAU, True)
+    want = mt._KERNELS["decode"](*inputs, TAU, True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    q, cache = inputs[0], inputs[1]
+    ids = torch.randint(-1, cache.shape[0] * P, (q.shape[0], q.shape[1], 40), dtype=torch.int32)
+    sink = torch.linspace(-1, 1, q.shape[2])
+    got = torch.ops.mlakit.sparse_decode(q, cache, ids, TAU, attn_sink=sink)
+    want = mt._KERNELS["sparse_decode"](q, cache, ids, TAU, attn_sink=sink)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    kv_c, k_pe = torch.rand(5, D_C).bfloat16(), torch.rand(5, D_R).bfloat16()
+    slots = torch.tensor([3, -1, 70, 64, 9])
+    a, b = cache.clone(), cache.clone()
+    torch.ops.mlakit.append_kv(kv_c, k_pe, slots, a)
+    mt._KERNELS["append_kv"](kv_c, k_pe, slots, b)
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@needs_cpp_ops
+def test_cpp_operators_raise_the_python_exceptions():
+    q, cache, block_table, seq_lens = decode_inputs("cpu")
+    with pytest.raises(ValueError, match="seq_lens"):  # the C++ validation's message, as a ValueError
+        torch.ops.mlakit.decode(q, cache, block_table, seq_lens.long(), TAU)
+    with pytest.raises(ValueError, match="requires grad"):
+        torch.ops.mlakit.decode(q.float().requires_grad_().bfloat16(), cache, block_table, seq_lens, TAU)
+    with pytest.raises(ValueError, match="kv_format='fp9'"):
+        torch.ops.mlakit.decode(q, cache, block_table, seq_lens, TAU, kv_format="fp9")
+    with pytest.raises(ValueError, match="needs both"):
+        torch.ops.mlakit.sparse_decode(q, cache, torch.zeros(3, 1, 4, dtype=torch.int32), TAU, extra_kv_cache=cache)
+
+
 def test_custom_ops_on_cpu_and_under_torch_compile():
     inputs = decode_inputs("cpu")
     out, lse = torch.ops.mlakit.decode(*inputs, TAU)
