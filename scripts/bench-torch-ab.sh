@@ -30,7 +30,8 @@ trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=build --exclude=src_new . 2>
 B=$W/build
 cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a \
   -DMLAKIT_NCCL=OFF -DMLAKIT_BUILD_TESTS=OFF -DMLAKIT_BUILD_TOOLS=OFF -DMLAKIT_BUILD_PYTHON=ON \
-  -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg.log" 2>&1 || { say "configure failed"; tail "$W/cfg.log"; exit 1; }
+  -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg.log" 2>&1 ||
+  { say "configure failed"; tail "$W/cfg.log"; exit 1; }
 # The package folder of one side: its python/mlakit sources plus the module just built.
 package() {
   mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$B"/python/_native*.so "$W/pkg_$1/mlakit/" &&
@@ -61,7 +62,8 @@ for round in 1 2; do
   for side in base new; do
     env $([ $side = base ] && echo "${base_env[@]}") PYTHONPATH="$W/pkg_$side" python3 "$ROOT/scripts/bench_torch.py" \
       --json "$W/${side}_$round.json" "$@" \
-      > "$W/${side}_$round.txt" 2>&1 || { say "bench_torch.py ($side, round $round) failed"; tail "$W/${side}_$round.txt"; }
+      > "$W/${side}_$round.txt" 2>&1 ||
+      { say "bench_torch.py ($side, round $round) failed"; tail "$W/${side}_$round.txt"; }
   done
 done
 cp "$W"/*_[12].json "$OUT_DIR/" 2>/dev/null
@@ -72,7 +74,8 @@ runs = {}
 for side in ("base", "new"):
     for r in (1, 2):
         try:
-            runs[(side, r)] = {(x["shape"], x["call"].split(" (")[0]): x for x in json.load(open(f"{w}/{side}_{r}.json"))}
+            rows = json.load(open(f"{w}/{side}_{r}.json"))
+            runs[(side, r)] = {(x["shape"], x["call"].split(" (")[0]): x for x in rows}
         except OSError:
             runs[(side, r)] = {}
 keys = list(runs[("new", 1)] or runs[("base", 1)])
