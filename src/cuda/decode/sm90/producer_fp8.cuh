@@ -5,14 +5,16 @@
 // 16-bit values and shared memory has no room left for a raw fp8 copy beside it (Q and two stages take 216 KB),
 // so the copy goes through registers rather than cp.async or TMA.
 //
-// Each producer thread takes two rows of a tile, ptid / 4 and ptid / 4 + 32; the 4 threads of a row read 64
-// contiguous bytes per load instruction (16 bytes each), so every 32-byte sector fetched is used whole. A row's
+// Each producer thread takes two rows of a tile, ptid / 4 and ptid / 4 + 32 (in a CTA pair, config.h, only the one
+// of its CTA's half, the peer converting the other); the 4 threads of a row read 64 contiguous bytes per load
+// instruction (16 bytes each), so every 32-byte sector fetched is used whole. A row's
 // loads are all issued before the first is used, and the rows of the next tile are prefetched into L2 (one bulk
 // prefetch per row) while this one is converted: the registers then wait on L2, not on DRAM.
 // A row that is not read (past the request's length, an invalid sparse id) is stored as zeros, never loaded.
 //
 // What limits it (docs/performance.md): 72 registers per producer thread hold one pass of loads (two passes per
-// tile, each waited for before it is converted), and the conversions issue from the same 4 warps.
+// tile without a pair, each waited for before it is converted), and the conversions issue from the same 4 warps.
+// With pairs at 128 heads the consumers' row-maximum exchange is the larger stall (the 2026-11-25 profile).
 
 #include <cstdint>
 
