@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -141,6 +142,7 @@ std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor& q, const at::Tensor&
                                           const at::Tensor& block_table, const at::Tensor& seq_lens,
                                           double softmax_scale, bool causal, c10::string_view kv_format, int64_t d_c,
                                           const OptTensor& kv_scale) {
+  const c10::DeviceGuard guard(q.device());  // the kernels launch on the current device: make it q's
   auto [out, lse] = decode_outputs(q, d_c);
   DecodeProblem p;
   p.q = view_of(q, "q");
@@ -168,6 +170,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(const at::Tensor& q, const at::
                                                  const OptTensor& extra_topk_length) {
   TORCH_CHECK_VALUE(extra_kv_cache.has_value() == extra_indices.has_value(),
                     "extra_kv_cache and extra_indices: the extra cache needs both");
+  const c10::DeviceGuard guard(q.device());
   auto [out, lse] = decode_outputs(q, v_whole_row ? q.size(3) : d_c);
   SparseDecodeProblem p;
   p.q = view_of(q, "q");
@@ -201,6 +204,7 @@ void append(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& sl
             const OptTensor& q, c10::string_view kv_format, const OptTensor& positions, const OptTensor& cos_sin,
             c10::string_view rope_style, const OptTensor& kv_scale) {
   TORCH_CHECK_VALUE(kv_c.dim() >= 1 && k_pe.dim() >= 1, "kv_c, k_pe: must be [T, d_c] and [T, d_r]");
+  const c10::DeviceGuard guard(kv_c.device());
   const int64_t d_c = kv_c.size(-1);
   AppendKvProblem p;
   p.kv_c = view_of(kv_c, "kv_c");
