@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "choose.h"
 #include "convert.h"
 #include "workspace.h"
 
@@ -43,13 +44,9 @@ SelectionInfo describe_selection(const Problem& p, nb::handle backend) {
 /// selection the message lists why each backend was passed over.
 template <typename Problem>
 const Backend& choose_backend(const Problem& p, nb::handle backend) {
-  const Selection sel = registry().select(p, preference_of(backend));
-  if (sel.backend != nullptr) return *sel.backend;
-  std::string message = sel.status.message();
-  if (sel.status.code() != StatusCode::kInvalidArgument) {
-    for (const Rejection& r : sel.passed_over) message += "; " + r.backend + ": " + r.reason;
-  }
-  throw StatusError{Status(sel.status.code(), message)};
+  const Backend* chosen = nullptr;
+  throw_if_failed(choose(registry(), p, preference_of(backend), &chosen));
+  return *chosen;
 }
 
 /// Runs `p` on `b` (plan + run for decode, with a workspace sized for `p`). Releases the GIL.

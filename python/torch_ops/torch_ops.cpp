@@ -19,6 +19,7 @@
 #endif
 
 #include "cache_layout.h"
+#include "choose.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit::torch_ops {
@@ -104,15 +105,10 @@ KvCacheView cache_of(const at::Tensor& pages, c10::string_view format, int64_t d
 
 /// The backend automatic selection picks; raises with why each one was passed over when none serves the call.
 template <typename Problem>
-const Backend& choose(const Problem& p) {
-  const Selection sel = registry().select(p);
-  if (sel.backend != nullptr) return *sel.backend;
-  std::string message = sel.status.message();
-  if (sel.status.code() != StatusCode::kInvalidArgument) {
-    for (const Rejection& r : sel.passed_over) message += "; " + r.backend + ": " + r.reason;
-  }
-  check(Status(sel.status.code(), message));
-  TORCH_CHECK(false, "no backend and no reason");  // not reached: a selection without a backend carries its reason
+const Backend& chosen_backend(const Problem& p) {
+  const Backend* chosen = nullptr;
+  check(py::choose(registry(), p, Preference{}, &chosen));
+  return *chosen;
 }
 
 /// torch's current stream on `t`'s device (null on the CPU), where the call runs, so graph capture records it.
@@ -153,7 +149,7 @@ std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor& q, const at::Tensor&
   p.lse = view_of(lse, "lse");
   p.softmax_scale = float(softmax_scale);
   p.causal = causal;
-  const Backend& b = choose(p);
+  const Backend& b = chosen_backend(p);
   at::Tensor ws_holder;
   const Workspace ws = workspace_for(q, b.workspace_bytes(p), &ws_holder);
   const Stream s = stream_of(q);
@@ -186,7 +182,7 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(const at::Tensor& q, const at::
     p.extra_indices = view_of(*extra_indices, "extra_indices");
     p.extra_topk_length = optional_view(extra_topk_length, "extra_topk_length");
   }
-  const Backend& b = choose(p);
+  const Backend& b = chosen_backend(p);
   at::Tensor ws_holder;
   const Workspace ws = workspace_for(q, b.workspace_bytes(p), &ws_holder);
   check(b.run(p, ws, stream_of(q)));
@@ -215,7 +211,7 @@ void append(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& sl
   p.cos_sin = optional_view(cos_sin, "cos_sin");
   p.rope_style = rope_style_of(rope_style);
   p.q = optional_view(q, "q");
-  check(choose(p).run(p, stream_of(kv_c)));
+  check(chosen_backend(p).run(p, stream_of(kv_c)));
 }
 
 void append_kv(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& slot_mapping,

@@ -192,8 +192,8 @@ def test_workspace_callable_is_not_asked_when_no_bytes_are_needed():
     lens = np.array([20, 5], np.int32)
     outs = []
     for workspace in (None, lambda n: pytest.fail(f"asked for {n} bytes")):
-        out = np.zeros((2, 1, 4, 512), BF16)
-        lse = np.zeros((2, 1, 4), np.float32)
+        out = np.full((2, 1, 4, 512), np.nan, np.float32).astype(BF16)  # poisoned: every element must be written
+        lse = np.full((2, 1, 4), np.nan, np.float32)
         mlakit.decode(q, cache, table, lens, out, lse, softmax_scale=0.1, workspace=workspace)
         outs.append((out.astype(np.float32), lse))
     assert mlakit.decode_workspace_bytes(q, cache, table, lens, out, lse, softmax_scale=0.1) == 0
