@@ -1,7 +1,6 @@
 // FlashMLA's sparse golden vectors for DeepSeek V4 and V3.2 (MLAKIT_TESTDATA_DIR "/flashmla_sparse") through every
 // CUDA sparse decode path on device memory, and FlashMLA's V4 cache bytes written by the cuda append_kv: the checks
-// of tests/cpu/test_flashmla_sparse_golden.cpp (common/sparse_golden.cpp), on the GPU. A path that does not serve
-// a case yet (the Hopper path and DeepSeek V4) skips it with the reason it gives.
+// of tests/cpu/test_flashmla_sparse_golden.cpp (common/sparse_golden.cpp), on the GPU.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -49,9 +48,8 @@ TEST_P(CudaSparseGolden, ReproducesFlashMla) {
   const Backend* be = cuda_backend(&why, backend);
   if (be == nullptr) GTEST_SKIP() << why;
   DeviceMemory mem;
-  // The Hopper path refuses DeepSeek V4 by name (it has no V4 kernels yet): skip those, not fail. It must serve the
-  // V3.2 cases, and the portable path every case.
-  check_sparse_golden_decode(gc, *be, mem, /*skip_refusal=*/backend == "cuda_sm90" && gc.v4);
+  // Both paths must serve every case (V3.2 and V4; the cases have 64 or 128 heads, past the Hopper fp8 row rule).
+  check_sparse_golden_decode(gc, *be, mem, /*skip_refusal=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Manifest, CudaSparseGolden,

@@ -31,6 +31,18 @@ inline constexpr int kVHalfChunks = kDimV / 2 / kSwizzleValues;  // 4 chunks of 
 inline constexpr int kRopeChunk = kDimV / kSwizzleValues;       // chunk 8
 inline constexpr int kStages = 2;
 
+// ---- the two geometries (smxx/config.h): d_qk 576 (DeepSeek V3: V is chunks 0-7, RoPE chunk 8) or 512 (V4,
+// sparse only: V is the whole row, chunks 0-7, its RoPE columns in chunk 7). V and the output are the same 512
+// columns in both, so only Q K^T, the Q block and the producer's row layout depend on kDqk. The shared-memory layout
+// stays V3's (the larger): a V4 tile leaves its ninth chunk unused.
+template <int kDqk>
+struct Geometry {
+  static_assert(kDqk == kDimQK || kDqk == kDimQKV4, "V3 (576) or V4 (512) columns");
+  static constexpr int kQkChunks = kDqk / kSwizzleValues;          // 9 or 8 column chunks of Q and K
+  static constexpr bool kRopePart = kQkChunks > kDimV / kSwizzleValues;  // V3: the RoPE chunk is a part of its own
+  static constexpr int kParts = kRopePart ? 3 : 2;                 // stage parts in use (below)
+};
+
 // ---- roles ----
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumers = 2;
@@ -49,7 +61,7 @@ static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProdu
               "the consumers may take only what the producer gives back");
 static_assert(kConsumers * kWarpgroupThreads * kConsumerRegs + kWarpgroupThreads * kProducerRegs <= 65536);
 
-// ---- the three parts of a KV stage, each with its own full and empty barrier ----
+// ---- the three parts of a KV stage (V4: the two V halves only), each with its own full and empty barrier ----
 enum Part : int { kPartHalf0 = 0, kPartHalf1 = 1, kPartRope = 2 };
 inline constexpr int kParts = 3;
 __host__ __device__ constexpr int part_first_chunk(int part) {

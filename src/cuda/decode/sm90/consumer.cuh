@@ -36,24 +36,25 @@ __device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, 
   if (by_rows) fence_proxy_async();
 }
 
-/// Commit groups of one issue_qk (RoPE, then each V half): wgmma_wait<kQkGroups> right after it waits for what
-/// was committed before it.
-inline constexpr int kQkGroups = 3;
+/// Commit groups of one issue_qk, one per stage part it reads (V3: RoPE, then each V half; V4: the V halves):
+/// wgmma_wait<Geometry<kDqk>::kParts> right after it waits for what was committed before it.
 
 /// S = Q K^T for the tile of CTA tile index g, in the order its parts arrive (RoPE, own V half, other half).
-template <bool kBf16>
+template <bool kBf16, int kDqk>
 __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, int me, bool by_rows) {
   const uint32_t st = g & 1;
   const uint32_t kv = sm.stage(st);
   const uint32_t q = sm.q();
-  wait_part(sm, g, kPartRope, by_rows);
-  wgmma_fence();
+  if constexpr (Geometry<kDqk>::kRopePart) {
+    wait_part(sm, g, kPartRope, by_rows);
+    wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t off = kRopeChunk * kChunkBytes + kk * 32;
-    wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), kk);  // kk = 0 overwrites S
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t off = kRopeChunk * kChunkBytes + kk * 32;
+      wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), kk);  // kk = 0 overwrites S
+    }
+    wgmma_commit();
   }
-  wgmma_commit();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int half = h == 0 ? me : 1 - me;
@@ -64,7 +65,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const uint32_t off = (half * kVHalfChunks + c) * kChunkBytes + kk * 32;
-        wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), 1);
+        // V4 has no RoPE group: its first k-step overwrites S.
+        const int accumulate = Geometry<kDqk>::kRopePart || h > 0 || c > 0 || kk > 0;
+        wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), accumulate);
       }
     }
     wgmma_commit();
@@ -73,10 +76,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
 
 /// Sparse decode: bit k set when token t0 + k of request `req` names a row (sparse_id_valid), for the 64 tokens
 /// of a tile; each lane looks up two of them.
-__device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int32_t req, int64_t t0, int32_t len,
-                                                      int lane) {
-  const bool v0 = sparse_id_valid(p, req, t0 + lane, len);
-  const bool v1 = sparse_id_valid(p, req, t0 + 32 + lane, len);
+__device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int32_t req, int64_t t0, int32_t main_len,
+                                                      int32_t len, int lane) {
+  bool v0 = false, v1 = false;
+  with_tile_id_set<true>(t0, kBlockN, main_len, len, [&](auto set) {
+    v0 = sparse_id_valid<decltype(set)::value>(p, req, t0 + lane, main_len, len);
+    v1 = sparse_id_valid<decltype(set)::value>(p, req, t0 + 32 + lane, main_len, len);
+  });
   const uint32_t lo = __ballot_sync(0xffffffffu, v0);
   const uint32_t hi = __ballot_sync(0xffffffffu, v1);
   __syncwarp();  // converged for the named barriers that follow (compute-sanitizer synccheck)
@@ -101,7 +107,7 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-template <bool kBf16, KvKind kKind, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
                                              int row_block, int me, int peer) {
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
@@ -125,6 +131,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
 
   for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
     const int32_t n = pc.n_tiles;
+    const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;  // sparse: main cache's columns
     const int64_t kv_hi = min(int64_t(pc.t_begin + n) * kBlockN, int64_t(pc.len));
     int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
 #pragma unroll
@@ -147,7 +154,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     };
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
-    if (int(g0 & 1) == me) issue_qk<kBf16>(s, sm, g0, me, by_rows(0));
+    if (int(g0 & 1) == me) issue_qk<kBf16, kDqk>(s, sm, g0, me, by_rows(0));
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -157,17 +164,18 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       float alpha[2];
       if (int(st) == me) {  // ---- own tile: softmax, P V from registers, P to the other consumer ----
         uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
-        if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, pc.len, lane);
+        if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, main_len, pc.len, lane);
         if (j > 0) {
           // The previous tile's P V (from shared memory) was committed before this tile's Q K^T groups: once it is
           // done, its V half goes back to the producer, a whole Q K^T earlier than the wait for S below would.
-          wgmma_wait<kQkGroups>();
+          wgmma_wait<Geometry<kDqk>::kParts>();
           if (lane == 0) release(sm, st ^ 1, me, peer);
         }
         wgmma_wait<0>();
         fence_registers(s);
         fence_registers(o);
-        if (lane == 0) release(sm, st, kPartRope, peer);  // Q K^T read the RoPE columns for the last time
+        // Q K^T read the RoPE columns for the last time (V4 has no RoPE part: its columns are V's)
+        if (Geometry<kDqk>::kRopePart && lane == 0) release(sm, st, kPartRope, peer);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -246,7 +254,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
           wgmma_m64n256k16_ss_tb<kBf16>(o, k_major(sm.p() + kk * 32), v_operand(v + kk * 16 * 128));
         }
         wgmma_commit();
-        if (j + 1 < n) issue_qk<kBf16>(s, sm, g + 1, me, by_rows(j + 1));
+        if (j + 1 < n) issue_qk<kBf16, kDqk>(s, sm, g + 1, me, by_rows(j + 1));
       }
     }
     wgmma_wait<0>();

@@ -86,7 +86,7 @@ Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   CUtensorMap map{};
   const bool tma = kind == decode::KvKind::k16Bit && p.kv.page_size() >= kMinTmaPage &&
                    decode::sm90::encode_kv_tensor_map(p.kv, &map).ok();
-  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, kind, /*sparse=*/false, map, tma,
+  return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, kind, /*sparse=*/false, /*v4=*/false, map, tma,
                                    decode::query_rows(p), static_cast<cudaStream_t>(stream));
 }
 

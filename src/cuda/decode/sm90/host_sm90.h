@@ -26,9 +26,9 @@ int64_t row_blocks_for(int64_t rows);
 /// Partitions G of the batch's KV work: one CTA per SM (each takes ~227 KB of shared memory).
 Status partitions_for(int64_t rows, int64_t* g);
 
-/// Launches the kernel (dense, or sparse with `sparse`; TMA only for dense 16-bit caches with use_tma) and then
-/// the combine of the split requests.
-Status launch_sm90(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, const CUtensorMap& map, bool use_tma,
-                   int64_t rows, cudaStream_t stream);
+/// Launches the kernel (dense, or sparse with `sparse`; v4: DeepSeek V4's geometry, sparse only; TMA only for dense
+/// 16-bit caches with use_tma) and then the combine of the split requests.
+Status launch_sm90(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, bool v4, const CUtensorMap& map,
+                   bool use_tma, int64_t rows, cudaStream_t stream);
 
 }  // namespace mlakit::cuda::decode::sm90

@@ -24,11 +24,14 @@ static_assert(kSmemAlloc <= 227 * 1024);
 /// Grid: (row blocks of 64 query rows, plan partitions); kPair: in clusters of two along the row blocks (CTA pairs,
 /// config.h: fp8 caches with an even number of row blocks). `kv_map` describes the cache for TMA when
 /// use_tma is set (16-bit caches with pages of >= 16 tokens); otherwise every tile is copied row by row, and fp8
-/// rows (kKind) are dequantised by the producer on the way.
-template <bool kBf16, KvKind kKind, bool kSparse, bool kPair>
+/// rows (kKind) are dequantised by the producer on the way. kDqk: 576 (V3) or 512 (V4's geometry, sparse only;
+/// config.h, Geometry).
+template <bool kBf16, KvKind kKind, bool kSparse, bool kPair, int kDqk>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
   static_assert(!kPair || kKind != KvKind::k16Bit, "CTA pairs share converted fp8 tiles only");
+  static_assert(kDqk == kDimQK || kSparse, "V4's geometry is served for sparse decode only");
+  static_assert((kKind == KvKind::kDsV4) <= (kDqk == kDimQKV4), "fp8_ds_v4 holds V4 rows only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t pad = (1024u - raw % 1024u) % 1024u;
@@ -56,10 +59,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer<kBf16, kKind, kSparse>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), peer);
+    run_producer<kBf16, kKind, kSparse, kDqk>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), peer);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kKind, kSparse>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg, peer);
+    run_consumer<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg, peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
   if (peer >= 0) cluster_sync();

@@ -13,8 +13,9 @@ namespace mlakit::cuda::decode::sm90 {
 
 /// Grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory each; dense decode, or
 /// sparse decode with kSparse; a 16-bit cache (k16Bit) or an fp8 one, dequantised on chip. use_tma only for a
-/// dense 16-bit cache (sparse rows are gathered one by one, fp8 rows go through the producer's registers).
-template <bool kBf16, KvKind kKind, bool kSparse>
+/// dense 16-bit cache (sparse rows are gathered one by one, fp8 rows go through the producer's registers). kDqk:
+/// kDimQK, or kDimQKV4 for DeepSeek V4's geometry (sparse only).
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
                             cudaStream_t stream, bool pdl);
 

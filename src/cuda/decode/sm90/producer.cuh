@@ -6,8 +6,8 @@
 //   - Pages of 1 token, and the last tile of a request when it is partial: cp.async per 16-byte piece by
 //     all 128 threads, rows past the request's length zero-filled (never read from memory), so that P.V
 //     never multiplies a zero probability by the NaN of a page tail.
-//   - Sparse decode: every tile row by row too, each thread from the offsets of its own 4 rows, looked up
-//     once per tile (sparse_row_offset); rows of invalid ids zero-filled.
+//   - Sparse decode: every tile row by row too, each thread from the addresses of its own 4 rows, looked up
+//     once per tile (sparse_row_ref: the main cache's ids, then the extra cache's); rows of invalid ids zero-filled.
 //   - fp8 caches: every tile through registers, dequantised on the way (producer_fp8.cuh); in a CTA pair each
 //     producer converts half the rows and copies them into the peer's stage too.
 //   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
@@ -52,18 +52,22 @@ __device__ __forceinline__ void load_part_rows(const DecodeParams& p, const int3
 }
 
 /// Sparse decode: the rows of a tile a producer thread copies, kGatherRows of them, 16 apart (row ptid / 8 + 16 k),
-/// so that 8 consecutive threads copy the 8 pieces of one 128-byte chunk of a row; their byte offsets are looked
-/// up once per tile (sparse_row_offset, -1: zero-filled) by each thread for its own rows.
+/// so that 8 consecutive threads copy the 8 pieces of one 128-byte chunk of a row; their addresses are looked up
+/// once per tile (sparse_row_ref, null: zero-filled) by each thread for its own rows.
 inline constexpr int kGatherRows = kBlockN * 8 / kWarpgroupThreads;  // 4
 struct GatherRows {
-  int64_t off[kGatherRows];
+  const uint8_t* row[kGatherRows];
 };
 
-__device__ __forceinline__ GatherRows gather_rows(const DecodeParams& p, int32_t req, int64_t t0, int32_t len,
-                                                  int ptid) {
+__device__ __forceinline__ GatherRows gather_rows(const DecodeParams& p, int32_t req, int64_t t0, int32_t main_len,
+                                                  int32_t len, int ptid) {
   GatherRows g;
+  with_tile_id_set<true>(t0, kBlockN, main_len, len, [&](auto set) {
 #pragma unroll
-  for (int k = 0; k < kGatherRows; ++k) g.off[k] = sparse_row_offset(p, req, t0 + ptid / 8 + 16 * k, len);
+    for (int k = 0; k < kGatherRows; ++k) {
+      g.row[k] = sparse_row_ref<false, decltype(set)::value>(p, req, t0 + ptid / 8 + 16 * k, main_len, len).row;
+    }
+  });
   return g;
 }
 
@@ -74,8 +78,8 @@ __device__ __forceinline__ void load_part_gathered(const DecodeParams& p, const 
 #pragma unroll
   for (int k = 0; k < kGatherRows; ++k) {
     const int row = ptid / 8 + 16 * k;
-    const bool valid = rows.off[k] >= 0;
-    const uint8_t* src = valid ? p.pages + rows.off[k] + piece * 16 : p.pages;
+    const bool valid = rows.row[k] != nullptr;
+    const uint8_t* src = valid ? rows.row[k] + piece * 16 : p.pages;
 #pragma unroll
     for (int c = 0; c < part_chunks(part); ++c) {
       const int chunk = part_first_chunk(part) + c;
@@ -107,9 +111,9 @@ __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUten
 }
 
 /// Copies the 64 query rows of block `row_block` of request `req` (all producer threads).
-template <bool kSparse>
+template <bool kSparse, int kDqk>
 __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int row_block, uint32_t dst, int ptid) {
-  constexpr int kPerRow = kChunks * 8;  // 72 pieces of 16 bytes
+  constexpr int kPerRow = Geometry<kDqk>::kQkChunks * 8;  // 72 (V4: 64) pieces of 16 bytes
   const uint8_t* q = static_cast<const uint8_t*>(p.q);
   const uint8_t* q_req = q + request_offset<kSparse>(p, req, p.q_stride_b, p.q_stride_s) * 2;
   for (int idx = ptid; idx < kRows * kPerRow; idx += kWarpgroupThreads) {
@@ -130,23 +134,25 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int r
 }
 
 /// Loads the Q block of piece number `piece` of this CTA once the consumers released the previous one.
-template <bool kSparse>
+template <bool kSparse, int kDqk>
 __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& sm, int32_t req, int row_block,
                                             uint32_t piece, int ptid) {
   mbar_wait(sm.q_empty(), (piece & 1) ^ 1);
-  load_q<kSparse>(p, req, row_block, sm.q(), ptid);
+  load_q<kSparse, kDqk>(p, req, row_block, sm.q(), ptid);
   mbar_arrive_on_cp_async(sm.q_full());
 }
 
 /// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1.
-template <bool kBf16, KvKind kKind, bool kSparse>
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, int partition, int row_block, int peer) {
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
   for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
-    const int32_t* table = request_pages(p, pc.req);
+    const int32_t* table = kSparse ? nullptr : request_pages(p, pc.req);
+    // Sparse: index columns [0, main_len) name main-cache rows, the rest extra-cache rows (main_len = len without one).
+    const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;
     for (int32_t j = 0; j < pc.n_tiles; ++j, ++g) {
       const uint32_t st = g & 1;
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
@@ -154,19 +160,19 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       if constexpr (kKind != KvKind::k16Bit) {
         // The tile before Q, as for 16-bit caches: Q waits for the previous piece's last Q K^T, and converting this
         // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece).
-        load_tile_fp8<kBf16, kKind, kSparse>(p, pc.req, pc.len, t0, j + 1 < pc.n_tiles, sm, st, free_parity, ptid,
-                                             peer);
-        if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);
+        load_tile_fp8<kBf16, kKind, kSparse, kDqk>(p, pc.req, main_len, pc.len, t0, j + 1 < pc.n_tiles, sm, st,
+                                                   free_parity, ptid, peer);
+        if (j == 0) load_q_once<kSparse, kDqk>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }
       const bool tma = use_tma && t0 + kBlockN <= pc.len;
       const uint32_t stage = sm.stage(st);
       GatherRows rows{};
-      if constexpr (kSparse) rows = gather_rows(p, pc.req, t0, pc.len, ptid);
-      // The order the owner (consumer st) computes Q K^T in: RoPE, its own V half, the other half.
+      if constexpr (kSparse) rows = gather_rows(p, pc.req, t0, main_len, pc.len, ptid);
+      // The order the owner (consumer st) computes Q K^T in: RoPE (V3 only), its own V half, the other half.
       const int order[3] = {kPartRope, int(st), int(st ^ 1)};
 #pragma unroll
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 3 - Geometry<kDqk>::kParts; k < 3; ++k) {
         const int part = order[k];
         mbar_wait(sm.empty(st, part), free_parity);
         if (kSparse) {
@@ -184,7 +190,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
           mbar_arrive_on_cp_async(sm.full(st, part));
         }
       }
-      if (j == 0) load_q_once<kSparse>(p, sm, pc.req, row_block, piece, ptid);  // the first tile's copies are in flight
+      if (j == 0) load_q_once<kSparse, kDqk>(p, sm, pc.req, row_block, piece, ptid);  // the first tile's copies are in flight
     }
     ++piece;
   });

@@ -1,5 +1,6 @@
 #pragma once
-// The fp8 caches (fp8_e4m3, fp8_ds_mla) in the Hopper producer, dense and sparse alike: wgmma reads 16-bit
+// The fp8 caches (fp8_e4m3, fp8_ds_mla; fp8_ds_v4 in sparse decode) in the Hopper producer, dense and sparse alike:
+// wgmma reads 16-bit
 // operands, so the producer loads each tile's fp8 rows into registers, dequantises them (smxx/dequant.cuh: the same
 // rounding as the portable path) and stores them in the swizzled 16-bit layout of a stage. The stage holds
 // 16-bit values and shared memory has no room left for a raw fp8 copy beside it (Q and two stages take 216 KB),
@@ -11,15 +12,19 @@
 // loads are all issued before the first is used, and the rows of the next tile are prefetched into L2 (one bulk
 // prefetch per row) while this one is converted: the registers then wait on L2, not on DRAM.
 // A row that is not read (past the request's length, an invalid sparse id) is stored as zeros, never loaded.
+// fp8_ds_v4 rows (DeepSeek V4) keep their scales in the page's scale block, not in the row: the row lookup
+// (kv_row_ref) returns both addresses, and the L2 prefetch of the next tile covers only the 576-byte token blocks.
 //
 // What limits it (docs/performance.md): 72 registers per producer thread hold one pass of loads (two passes per
 // tile without a pair, each waited for before it is converted), and the conversions issue from the same 4 warps.
 // With pairs at 128 heads the consumers' row-maximum exchange is the larger stall (the 2026-11-25 profile).
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/smem.cuh"
 #include "cuda/decode/smxx/config.h"
@@ -32,66 +37,80 @@ namespace mlakit::cuda::decode::sm90 {
 inline constexpr int kFp8ThreadsPerRow = 4;
 inline constexpr int kFp8RowsPerPass = kWarpgroupThreads / kFp8ThreadsPerRow;  // 32
 inline constexpr int kFp8Passes = kBlockN / kFp8RowsPerPass;                   // 2
-inline constexpr int kLatentLoads = kDimC / (16 * kFp8ThreadsPerRow);          // 8: load j covers chunk j
-static_assert(kLatentLoads * kSwizzleValues == kDimC, "latent load j of a thread fills two pieces of chunk j");
 
-/// What one thread loads of one row: 16-byte pieces q + 4 j of the latent part (columns [64 j + 16 q, +16)),
-/// its share of the RoPE part, and (fp8_ds_mla) the row's four group scales.
-template <KvKind kKind>
+/// What one thread loads of one row: 16-byte e4m3 pieces q + 4 j (columns [64 j + 16 q, +16) of chunk j), for every
+/// chunk the row stores in e4m3; the RoPE part where it is bf16 (fp8_ds_mla, fp8_ds_v4: bf16 pieces q and q + 4 of
+/// the chunk after the e4m3 ones); and the row's group scales (fp8_ds_mla: four fp32 in the row; fp8_ds_v4: eight
+/// UE8M0 bytes of the page's scale block, the eighth unused).
+///   fp8_e4m3:   kDqk / 64 e4m3 chunks (9, or 8 in V4's geometry), no bf16 part, no scales.
+///   fp8_ds_mla: 8 e4m3 chunks, bf16 chunk 8.      fp8_ds_v4: 7 e4m3 chunks, bf16 chunk 7.
+template <KvKind kKind, int kDqk>
 struct Fp8Row {
-  static constexpr int kRopeLoads = kKind == KvKind::kDsMla ? 2 : 1;  // 128 bf16 bytes or 64 e4m3 bytes per row
-  uint4 latent[kLatentLoads];
-  uint4 rope[kRopeLoads];
-  float4 scales;
+  static constexpr int kE4m3Loads = kKind == KvKind::kE4M3   ? kDqk / kSwizzleValues
+                                    : kKind == KvKind::kDsMla ? ds_mla::kDimC / kSwizzleValues
+                                                              : ds_v4::kDimC / kSwizzleValues;
+  static constexpr int kBf16Loads = kKind == KvKind::kE4M3 ? 0 : 2;
+  static constexpr int kE4m3Offset = kKind == KvKind::kDsMla ? int(ds_mla::kQuantOffset) : 0;
+  static constexpr int kBf16Offset = kKind == KvKind::kDsMla ? int(ds_mla::kRopeOffset) : int(ds_v4::kRopeOffset);
+  static_assert(kKind != KvKind::k16Bit);
+  static_assert(kE4m3Loads + (kBf16Loads > 0 ? 1 : 0) == Geometry<kDqk>::kQkChunks, "the loads fill every chunk");
+  static_assert(kKind != KvKind::kDsMla || ds_mla::kGroupSize == 2 * kSwizzleValues, "two chunks per ds_mla scale");
+  static_assert(kKind != KvKind::kDsV4 || ds_v4::kGroupSize == kSwizzleValues, "one ds_v4 scale per chunk");
+  using Scales = std::conditional_t<kKind == KvKind::kDsV4, uint2, float4>;
+  uint4 e4m3[kE4m3Loads];
+  uint4 bf16[kBf16Loads > 0 ? kBf16Loads : 1];
+  Scales scales;
 };
 
-/// Loads thread q's share of the row at `row` (null: zeros, nothing read).
-template <KvKind kKind>
-__device__ __forceinline__ void load_fp8_row(const uint8_t* row, int q, Fp8Row<kKind>& r) {
+/// Loads thread q's share of row `ref` (ref.row null: zeros, nothing read).
+template <KvKind kKind, int kDqk>
+__device__ __forceinline__ void load_fp8_row(const RowRef& ref, int q, Fp8Row<kKind, kDqk>& r) {
+  using R = Fp8Row<kKind, kDqk>;
+  const uint8_t* row = ref.row;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  constexpr int kLatentBase = kKind == KvKind::kDsMla ? ds_mla::kQuantOffset : 0;
 #pragma unroll
-  for (int j = 0; j < kLatentLoads; ++j) {
-    r.latent[j] = row ? __ldg(reinterpret_cast<const uint4*>(row + kLatentBase + 16 * (q + 4 * j))) : zero;
+  for (int j = 0; j < R::kE4m3Loads; ++j) {
+    r.e4m3[j] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kE4m3Offset + 16 * (q + 4 * j))) : zero;
+  }
+#pragma unroll
+  for (int k = 0; k < R::kBf16Loads; ++k) {  // bf16 pieces q and q + 4 of the RoPE chunk
+    r.bf16[k] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kBf16Offset + 16 * (q + 4 * k))) : zero;
   }
   if constexpr (kKind == KvKind::kDsMla) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {  // bf16 pieces q and q + 4: columns 512 + 8 (q + 4 k)
-      r.rope[k] = row ? __ldg(reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + 16 * (q + 4 * k))) : zero;
-    }
     r.scales = row ? __ldg(reinterpret_cast<const float4*>(row + ds_mla::kScaleOffset)) : make_float4(0, 0, 0, 0);
-  } else {  // e4m3 piece q: columns 512 + 16 q
-    r.rope[0] = row ? __ldg(reinterpret_cast<const uint4*>(row + kDimC + 16 * q)) : zero;
+  } else if constexpr (kKind == KvKind::kDsV4) {
+    r.scales = row ? __ldg(reinterpret_cast<const uint2*>(ref.scales)) : make_uint2(0, 0);
   }
 }
 
 /// Dequantises a thread's share of row `row` of a tile and stores it into the stage at generic address `stage`.
-template <bool kBf16, KvKind kKind>
-__device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind>& r, uint8_t* stage, int row, int q) {
+template <bool kBf16, KvKind kKind, int kDqk>
+__device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint8_t* stage, int row, int q) {
+  using R = Fp8Row<kKind, kDqk>;
   auto put = [&](int chunk, int piece, uint4 v) {
     *reinterpret_cast<uint4*>(stage + chunk * kChunkBytes + swizzle128(uint32_t(row), uint32_t(piece))) = v;
   };
-  const float scales[ds_mla::kNumGroups] = {r.scales.x, r.scales.y, r.scales.z, r.scales.w};
 #pragma unroll
-  for (int j = 0; j < kLatentLoads; ++j) {
-    const uint2 lo = make_uint2(r.latent[j].x, r.latent[j].y);
-    const uint2 hi = make_uint2(r.latent[j].z, r.latent[j].w);
-    if constexpr (kKind == KvKind::kDsMla) {
-      const float s = scales[j * kSwizzleValues / ds_mla::kGroupSize];
-      put(j, 2 * q, e4m3x8_scaled_to<kBf16>(lo, s));
-      put(j, 2 * q + 1, e4m3x8_scaled_to<kBf16>(hi, s));
-    } else {
+  for (int j = 0; j < R::kE4m3Loads; ++j) {
+    const uint2 lo = make_uint2(r.e4m3[j].x, r.e4m3[j].y);
+    const uint2 hi = make_uint2(r.e4m3[j].z, r.e4m3[j].w);
+    if constexpr (kKind == KvKind::kE4M3) {
       put(j, 2 * q, e4m3x8_to<kBf16>(lo));
       put(j, 2 * q + 1, e4m3x8_to<kBf16>(hi));
+    } else {
+      float s;
+      if constexpr (kKind == KvKind::kDsMla) {
+        const float scales[ds_mla::kNumGroups] = {r.scales.x, r.scales.y, r.scales.z, r.scales.w};
+        s = scales[j / 2];
+      } else {
+        s = ue8m0_to_float(((j < 4 ? r.scales.x : r.scales.y) >> (8 * (j % 4))) & 0xffu);
+      }
+      put(j, 2 * q, e4m3x8_scaled_to<kBf16>(lo, s));
+      put(j, 2 * q + 1, e4m3x8_scaled_to<kBf16>(hi, s));
     }
   }
-  if constexpr (kKind == KvKind::kDsMla) {
-    put(kRopeChunk, q, bf16x8_to<kBf16>(r.rope[0]));
-    put(kRopeChunk, q + 4, bf16x8_to<kBf16>(r.rope[1]));
-  } else {
-    put(kRopeChunk, 2 * q, e4m3x8_to<kBf16>(make_uint2(r.rope[0].x, r.rope[0].y)));
-    put(kRopeChunk, 2 * q + 1, e4m3x8_to<kBf16>(make_uint2(r.rope[0].z, r.rope[0].w)));
-  }
+#pragma unroll
+  for (int k = 0; k < R::kBf16Loads; ++k) put(R::kE4m3Loads, q + 4 * k, bf16x8_to<kBf16>(r.bf16[k]));
 }
 
 /// Fills stage `st` with the tile of plan request `req` starting at token (or index column) t0, all three parts,
@@ -99,46 +118,52 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind>& r, uint8_t* s
 /// request has a tile after this one in this piece, whose rows are prefetched into L2. `peer` >= 0 (a CTA pair,
 /// config.h): this CTA converts only its half of the rows (pass = its rank) and copies them into the peer's stage,
 /// completing on the peer's full barriers; its own full barriers expect the peer's half the same way.
-template <bool kBf16, KvKind kKind, bool kSparse>
-__device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t len, int64_t t0,
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
+__device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t main_len, int32_t len, int64_t t0,
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,
                                               int ptid, int peer) {
   static_assert(kFp8Passes == 2 && kFp8RowsPerPass == kPairRows, "a pair splits a tile by passes");
-  constexpr int kRowBytes = kv_kind_row_bytes(kKind);
+  constexpr int kRowBytes = kv_kind_row_bytes(kKind, kDqk);  // fp8_ds_v4: the token block (its scales stay unfetched)
+  constexpr bool kScales = kKind == KvKind::kDsV4;
+  constexpr int kUsedParts = Geometry<kDqk>::kParts;
   const int q = ptid % kFp8ThreadsPerRow;
   const int row0 = ptid / kFp8ThreadsPerRow;
   const int first_pass = peer >= 0 ? (peer ^ 1) : 0;  // a pair: this CTA's rank
   const int end_pass = peer >= 0 ? first_pass + 1 : kFp8Passes;
   if (has_next && q == 0) {
     for (int k = first_pass; k < end_pass; ++k) {
-      const int64_t off = kv_row_offset<kSparse>(p, req, t0 + kBlockN + row0 + kFp8RowsPerPass * k, len);
-      if (off >= 0) bulk_prefetch_l2(p.pages + off, kRowBytes);
+      const int64_t t = t0 + kBlockN + row0 + kFp8RowsPerPass * k;
+      with_tile_id_set<kSparse>(t0 + kBlockN, kBlockN, main_len, len, [&](auto set) {
+        const RowRef next = kv_row_ref<kSparse, false, decltype(set)::value>(p, req, t, main_len, len);
+        if (next.row != nullptr) bulk_prefetch_l2(next.row, kRowBytes);
+      });
     }
   }
   uint8_t* stage = sm.ptr + (sm.stage(st) - sm.base);
 #pragma unroll 1
   for (int k = first_pass; k < end_pass; ++k) {
     const int row = row0 + kFp8RowsPerPass * k;
-    const int64_t off = kv_row_offset<kSparse>(p, req, t0 + row, len);
-    Fp8Row<kKind> r;
-    load_fp8_row<kKind>(off >= 0 ? p.pages + off : nullptr, q, r);
+    Fp8Row<kKind, kDqk> r;
+    with_tile_id_set<kSparse>(t0, kBlockN, main_len, len, [&](auto set) {
+      load_fp8_row<kKind, kDqk>(kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t0 + row, main_len, len), q, r);
+    });
     if (k == first_pass) {
 #pragma unroll
-      for (int part = 0; part < kParts; ++part) mbar_wait(sm.empty(st, part), free_parity);
+      for (int part = 0; part < kUsedParts; ++part) mbar_wait(sm.empty(st, part), free_parity);
     }
-    store_fp8_row<kBf16, kKind>(r, stage, row, q);
+    store_fp8_row<kBf16, kKind, kDqk>(r, stage, row, q);
   }
   fence_proxy_async();  // the consumers' wgmma (and a copy to the peer) read these stores through the async proxy
   if (peer < 0) {
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) mbar_arrive(sm.full(st, part));
+    for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
     return;
   }
   named_barrier_sync(kBarProducer, kWarpgroupThreads);  // every row of this CTA's half is stored
   if (ptid == 0) {
     const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) {
+    for (int part = 0; part < kUsedParts; ++part) {
       // The peer's half of this stage lands on this CTA's full barrier: expect its bytes with this arrival.
       mbar_arrive_expect_tx(sm.full(st, part), part_pair_bytes(part));
       for (int c = 0; c < part_chunks(part); ++c) {
@@ -148,7 +173,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     }
   } else {
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) mbar_arrive(sm.full(st, part));
+    for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
   }
 }
 

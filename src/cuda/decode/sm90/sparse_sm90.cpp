@@ -1,6 +1,6 @@
-// Host entry points of the Hopper (sm_90a) sparse decode (issue 9, docs/spec.md section 2): the Hopper kernel
-// with kSparse, whose producer gathers each tile's rows through indices with cp.async (no TMA: the rows are
-// scattered). Plan, combine, parameters and checks are the portable sparse path's (smxx/).
+// Host entry points of the Hopper (sm_90a) sparse decode (issue 9, docs/spec.md section 2; DeepSeek V4, issue 13,
+// section 2.1): the Hopper kernel with kSparse, whose producer gathers each tile's rows through indices with cp.async
+// (no TMA: the rows are scattered). Plan, combine, parameters and checks are the portable sparse path's (smxx/).
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -17,16 +17,18 @@ namespace mlakit::cuda {
 namespace {
 
 constexpr const char* kPath = "cuda_sm90 sparse_decode";
-/// DeepSeek V3's geometry and max_logits; no V4 kernels and no extra cache yet (refused by name).
-constexpr decode::SparseCaps kCaps{/*v4=*/false, /*extra=*/false, /*max_logits=*/true};
+/// Both geometries (V4's: d_qk 512, V the whole row, fp8_ds_v4), the extra cache and max_logits, like the portable path.
+constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true, /*max_logits=*/true};
 
 }  // namespace
 
 std::vector<Feature> sparse_decode_sm90_features() {
   return {{OpKind::kSparseDecode,
-           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16; fp8 from h_q >= 17); d_c=512, d_r=64; "
-           "any P; h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink, max_logits; ids past the cache skipped; "
-           "16-bit rows gathered by cp.async, fp8 rows dequantised by the producer, into the wgmma pipeline; sm_90a"}};
+           "kv=bf16 (q bf16), fp16 (q fp16), fp8_e4m3, fp8_ds_mla (q bf16|fp16); d_c=512, d_r=64; "
+           "DeepSeek V4 (d_c=448, d_r=64, whole-row V, q bf16): kv=bf16, fp8_e4m3, fp8_ds_v4; extra cache; fp8 from "
+           "h_q >= 17; any P; h_q=1..128; s_q=1..8; any topk, topk_length, attn_sink, max_logits; ids past the cache "
+           "skipped; 16-bit rows gathered by cp.async, fp8 rows dequantised by the producer, into the wgmma pipeline; "
+           "sm_90a"}};
 }
 
 Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
@@ -48,7 +50,7 @@ Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream
   const decode::DecodeParams d = decode::make_params(p, ws, g);
   const CUtensorMap unused{};
   return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true,
-                                   unused, false, p.h_q(), s);
+                                   p.kv.dims.v_whole_row, unused, false, p.h_q(), s);
 }
 
 }  // namespace mlakit::cuda

@@ -77,13 +77,13 @@ Status check_k_pe(const KvCacheView& kv, const std::string& path) {
 Status check_geometry(const TensorView& q, const KvCacheView& kv, const std::string& path, bool v4) {
   if (kv.format == KvFormat::kFP8DsV4 && !v4) {
     return Status::not_supported("kv.format=fp8_ds_v4: " + path +
-                                 " does not read DeepSeek V4's paged format yet (the reference backend and the cuda "
-                                 "backend's sparse decode do)");
+                                 " does not read DeepSeek V4's paged format (the reference backend and both CUDA "
+                                 "backends' sparse decode do)");
   }
   if (kv.dims.v_whole_row && !v4) {
     return Status::not_supported("kv.dims.v_whole_row=true: " + path +
                                  " implements V = the first d_c columns only (the reference backend takes V4's whole-row "
-                                 "V, and so does the cuda backend's sparse decode)");
+                                 "V, and so do both CUDA backends' sparse decode)");
   }
   const int want_c = kv.dims.v_whole_row ? ds_v4::kDimC : kDimC;
   const char* geometry = kv.dims.v_whole_row ? " with whole-row V (DeepSeek V4)" : "";
@@ -169,9 +169,9 @@ int32_t* shard_lens(Workspace ws, const WorkspaceLayout& w) {
 /// Where the plan and the kernels read the lengths of dense decode: seq_lens, or for a context shard its local
 /// lengths.
 RequestLengths dense_lengths(const DecodeProblem& p, Workspace ws, const WorkspaceLayout& w) {
-  if (p.shard.sharded()) return RequestLengths{shard_lens(ws, w), 1, 1, INT32_MAX, nullptr, 0, 0};
+  if (p.shard.sharded()) return RequestLengths{shard_lens(ws, w), 1, 1, INT32_MAX, nullptr, 0, 0, FastDiv{}};
   return RequestLengths{static_cast<const int32_t*>(p.seq_lens.data), p.seq_lens.stride[0], 1, INT32_MAX, nullptr, 0,
-                        0};
+                        0, FastDiv{}};
 }
 
 /// A context shard's causal limits in the workspace, or null (the kernels' unsharded rule).
@@ -183,7 +183,8 @@ int32_t* causal_limits(const DecodeProblem& p, Workspace ws, const WorkspaceLayo
 RequestLengths sparse_lengths(const SparseDecodeProblem& p) {
   const bool given = p.topk_length.defined();
   RequestLengths l{given ? static_cast<const int32_t*>(p.topk_length.data) : nullptr,
-                   given ? p.topk_length.stride[0] : 0, int32_t(p.s_q()), int32_t(p.topk()), nullptr, 0, 0};
+                   given ? p.topk_length.stride[0] : 0, int32_t(p.s_q()), int32_t(p.topk()), nullptr, 0, 0,
+                   make_fast_div(int32_t(p.s_q()))};
   if (p.has_extra()) {
     const bool extra_given = p.extra_topk_length.defined();
     l.extra_lens = extra_given ? static_cast<const int32_t*>(p.extra_topk_length.data) : nullptr;
@@ -367,6 +368,7 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
   d.indices_stride_s = p.indices.stride[1];
   d.num_rows = p.kv.num_pages() * p.kv.page_size();
   d.page_size = int32_t(p.kv.page_size());
+  d.page_div = make_fast_div(d.page_size);
   d.attn_sink = p.attn_sink.defined() ? static_cast<const float*>(p.attn_sink.data) : nullptr;
   if (p.has_extra()) {
     const KvCacheView& e = p.extra_kv;
@@ -378,6 +380,7 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
     d.extra_indices_stride_s = p.extra_indices.stride[1];
     d.extra_num_rows = e.num_pages() * e.page_size();
     d.extra_page_size = int32_t(e.page_size());
+    d.extra_page_div = make_fast_div(d.extra_page_size);
   }
   if (p.max_logits.defined()) {
     d.max_logits = static_cast<float*>(p.max_logits.data);

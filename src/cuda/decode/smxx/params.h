@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/decode/smxx/config.h"
+#include "cuda/decode/smxx/fast_div.h"
 
 namespace mlakit::cuda::decode {
 
@@ -84,6 +85,7 @@ struct RequestLengths {
   const int32_t* extra_lens;  // extra_topk_length, may be null: every request then has extra_cap extra columns
   int64_t extra_stride;
   int32_t extra_cap;          // extra_topk; 0 without an extra cache
+  FastDiv fold_div;           // divides a request by fold (fast_div.h); the default divides by 1
 };
 
 struct PlanParams {
@@ -129,6 +131,7 @@ struct DecodeParams {
   int64_t indices_stride_b, indices_stride_s;
   int64_t num_rows;          // num_pages * page_size: ids outside [0, num_rows) are "no key"
   int32_t page_size;         // any P >= 1
+  FastDiv page_div;          // divides an id by page_size (fast_div.h)
   const float* attn_sink;    // [h_q] or null
   // The extra cache (DeepSeek V4, sparse only; extra_indices null without one): index columns
   // [main length, main length + extra length) of a request name rows of this second pool, in the same format.
@@ -138,6 +141,7 @@ struct DecodeParams {
   int64_t extra_indices_stride_b, extra_indices_stride_s;
   int64_t extra_num_rows;
   int32_t extra_page_size;
+  FastDiv extra_page_div;
   // Sparse decode's optional max_logits (float [b, s_q, h_q], the largest tau <q, K_j> over a row's valid keys):
   // written by the portable kernel, or through part_max and the combine for split rows. Null: not asked for.
   float* max_logits;

@@ -3,6 +3,7 @@
 // plan and the kernel it schedules must agree on this to the tile, so it lives in one place.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/decode/smxx/config.h"
 #include "cuda/decode/smxx/params.h"
@@ -18,15 +19,15 @@ __host__ __device__ inline int32_t request_tiles(int32_t len, int tile_shift) {
 }
 
 /// One length table of RequestLengths: entry r / fold clamped to [0, cap], or cap without a table.
-__device__ inline int32_t clamped_len(const int32_t* lens, int64_t stride, int32_t fold, int32_t cap, int32_t r) {
+__device__ inline int32_t clamped_len(const int32_t* lens, int64_t stride, FastDiv fold, int32_t cap, int32_t r) {
   if (lens == nullptr) return cap;
-  const int32_t v = lens[int64_t(r / fold) * stride];  // 32-bit division: requests are int32
+  const int32_t v = lens[int64_t(fast_div(r, fold)) * stride];  // requests are int32
   return v < 0 ? 0 : v > cap ? cap : v;
 }
 
 /// Sparse decode: the main set's index columns of plan request r (all its columns without an extra cache).
 __device__ inline int32_t request_main_len(const RequestLengths& l, int32_t r) {
-  return clamped_len(l.lens, l.stride, l.fold, l.cap, r);
+  return clamped_len(l.lens, l.stride, l.fold_div, l.cap, r);
 }
 
 /// KV length of plan request r (RequestLengths), in [0, cap] (sparse with an extra cache: main + extra columns).
@@ -38,7 +39,7 @@ __device__ inline int32_t request_len(const RequestLengths& l, int32_t r) {
     const int32_t main = request_main_len(l, r);
     if (l.extra_cap == 0) return main;
     // Both parts are at most their caps, which validation bounds by int32 tensor extents; summed in 64 bits anyway.
-    const int64_t sum = int64_t(main) + clamped_len(l.extra_lens, l.extra_stride, l.fold, l.extra_cap, r);
+    const int64_t sum = int64_t(main) + clamped_len(l.extra_lens, l.extra_stride, l.fold_div, l.extra_cap, r);
     return sum > INT32_MAX ? INT32_MAX : int32_t(sum);
   } else {
     const int32_t v = l.lens[int64_t(r) * l.stride];
@@ -58,25 +59,14 @@ __device__ inline int64_t causal_limit(const DecodeParams& p, int32_t r, int32_t
 template <bool kSparse>
 __device__ inline int64_t request_offset(const DecodeParams& p, int32_t r, int64_t sb, int64_t ss) {
   if constexpr (kSparse) {
-    const int32_t b = r / p.lens.fold;
+    const int32_t b = fast_div(r, p.lens.fold_div);  // r / s_q without a division sequence: every row lookup asks
     return int64_t(b) * sb + int64_t(r - b * p.lens.fold) * ss;
   } else {
     return int64_t(r) * sb;
   }
 }
 
-/// Sparse decode (docs/spec.md section 2): byte offset in the pool of the row that index column t of plan request
-/// r names, or -1 when t is past the request's length or the id is no key (negative, or at or past num_rows, which
-/// a kernel cannot reject before it runs). A -1 row is never dereferenced. Every kernel family finds rows here.
-__device__ inline int64_t sparse_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
-  if (t >= len) return -1;
-  const int32_t id = p.indices[request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t];
-  if (id < 0 || id >= p.num_rows) return -1;
-  const int32_t page = id / p.page_size;
-  return int64_t(page) * p.page_stride_bytes + int64_t(id - page * p.page_size) * p.row_stride_bytes;
-}
-
-/// A cache row as the portable kernel copies it: its bytes, and for fp8_ds_v4 its 8-byte scale block (the layout
+/// A cache row as a kernel copies it: its bytes, and for fp8_ds_v4 its 8-byte scale block (the layout
 /// of docs/spec.md section 4 puts it after the page's token blocks); row = null for no row.
 struct RowRef {
   const uint8_t* row;
@@ -84,21 +74,35 @@ struct RowRef {
   const uint8_t* k_pe = nullptr;  // a split cache: the row's k_pe columns (row then holds kv_c only)
 };
 
+/// Which cache a span of sparse index columns may name (DeepSeek V4's extra cache, docs/spec.md section 2.1): both
+/// (kMixed), or, when a whole tile is known to lie on one side of main_len, only the main (kMainOnly) or only the
+/// extra (kExtraOnly) one. The one-sided forms drop the per-column choice of ids, pool and geometry: the Hopper
+/// producer is instruction-bound on fp8 rows, and the choice cost its V3.2 anchors 3 - 4% (2026-11-25).
+enum class IdSet : int { kMixed = 0, kMainOnly = 1, kExtraOnly = 2 };
+
+/// The IdSet of the tile of index columns [t0, t0 + n) of a request with main_len main columns out of len: one side
+/// when every column below len is a main one, or every one is an extra one. Uniform across a CTA.
+__device__ inline IdSet tile_id_set(int64_t t0, int n, int32_t main_len, int32_t len) {
+  if (int64_t(main_len) >= min(int64_t(len), t0 + n)) return IdSet::kMainOnly;  // always so without an extra cache
+  return t0 >= main_len ? IdSet::kExtraOnly : IdSet::kMixed;
+}
+
 /// Sparse decode (docs/spec.md sections 2 and 2.1) with the extra cache: index columns [0, main_len) of plan request r
 /// name rows of the main cache, [main_len, len) rows of the extra cache, each through its own ids, pool and page
-/// geometry. Past len, or an id outside its cache: no row, never dereferenced. kScales: fp8_ds_v4 pages.
-template <bool kScales>
+/// geometry. Past len, or an id outside its cache: no row, never dereferenced. kScales: fp8_ds_v4 pages. kSet: what
+/// the caller knows of t's side (a one-sided kSet is only valid for columns on that side, or past len).
+template <bool kScales, IdSet kSet = IdSet::kMixed>
 __device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
   RowRef ref{nullptr, nullptr};
   if (t >= len) return ref;
-  const bool extra = t >= main_len;
+  const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
   const int32_t* ids = extra ? p.extra_indices : p.indices;
   const int64_t sb = extra ? p.extra_indices_stride_b : p.indices_stride_b;
   const int64_t ss = extra ? p.extra_indices_stride_s : p.indices_stride_s;
   const int32_t id = ids[request_offset<true>(p, r, sb, ss) + (extra ? t - main_len : t)];
   if (id < 0 || id >= (extra ? p.extra_num_rows : p.num_rows)) return ref;
   const int32_t page_size = extra ? p.extra_page_size : p.page_size;
-  const int32_t page = id / page_size;
+  const int32_t page = fast_div(id, extra ? p.extra_page_div : p.page_div);  // 0 <= id < 2^31
   const int32_t slot = id - page * page_size;
   const uint8_t* page_base = (extra ? p.extra_pages : p.pages) + int64_t(page) * (extra ? p.extra_page_stride_bytes
                                                                                          : p.page_stride_bytes);
@@ -133,23 +137,48 @@ __device__ inline RowRef dense_row_ref(const DecodeParams& p, int32_t r, int64_t
   return ref;
 }
 
-/// The byte offset of KV token (dense) or index column (sparse) t of plan request r, or -1 for no row.
-template <bool kSparse>
-__device__ inline int64_t kv_row_offset(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+/// The Hopper producer's row lookup: KV token (dense) or index column (sparse, either cache; kSet as in
+/// sparse_row_ref) t of plan request r as a RowRef (row = null: no row, never read). main_len: the request's main
+/// index columns (its length without an extra cache; unused in dense decode). Dense rows go through the offset alone
+/// (no split cache on that path).
+template <bool kSparse, bool kScales, IdSet kSet>
+__device__ inline RowRef kv_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
   if constexpr (kSparse) {
-    return sparse_row_offset(p, r, t, len);
+    return sparse_row_ref<kScales, kSet>(p, r, t, main_len, len);
   } else {
-    return dense_row_offset(p, r, t, len);
+    const int64_t off = dense_row_offset(p, r, t, len);
+    return RowRef{off >= 0 ? p.pages + off : nullptr, nullptr};
   }
 }
 
-/// Sparse decode: whether index column t of plan request r names a row, the test of sparse_row_offset without the
-/// address. Written without early returns, so that a warp stays converged through it (the Hopper consumers
-/// ballot on it right before a bar.sync, which needs the whole warp).
-__device__ inline bool sparse_id_valid(const DecodeParams& p, int32_t r, int64_t t, int32_t len) {
+/// Calls f(std::integral_constant<IdSet, s>{}) with the IdSet s of a tile (tile_id_set; kMainOnly in dense decode), so
+/// that the code inside is compiled once per side and the choice, uniform across the CTA, is made once per tile.
+template <bool kSparse, typename F>
+__device__ __forceinline__ void with_tile_id_set(int64_t t0, int n, int32_t main_len, int32_t len, F&& f) {
+  const IdSet s = kSparse ? tile_id_set(t0, n, main_len, len) : IdSet::kMainOnly;
+  if (s == IdSet::kMainOnly) {
+    f(std::integral_constant<IdSet, IdSet::kMainOnly>{});
+  } else if (s == IdSet::kExtraOnly) {
+    f(std::integral_constant<IdSet, IdSet::kExtraOnly>{});
+  } else {
+    f(std::integral_constant<IdSet, IdSet::kMixed>{});
+  }
+}
+
+/// Sparse decode: whether index column t of plan request r names a row, the test of sparse_row_ref without the
+/// address (columns [main_len, len) through the extra cache's ids; kSet as there). Written without early returns, so
+/// that a warp stays converged through it (the Hopper consumers ballot on it right before a bar.sync, which needs the
+/// whole warp).
+template <IdSet kSet>
+__device__ inline bool sparse_id_valid(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
+  const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
   int32_t id = -1;
-  if (t < len) id = p.indices[request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t];
-  return id >= 0 && id < p.num_rows;
+  if (t < len) {
+    const int64_t at = extra ? request_offset<true>(p, r, p.extra_indices_stride_b, p.extra_indices_stride_s) + (t - main_len)
+                             : request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t;
+    id = (extra ? p.extra_indices : p.indices)[at];
+  }
+  return id >= 0 && id < (extra ? p.extra_num_rows : p.num_rows);
 }
 
 /// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (docs/spec.md section 2): 1 without a

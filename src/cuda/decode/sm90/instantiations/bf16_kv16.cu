@@ -3,12 +3,12 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-template Status launch_decode_kernel<true, KvKind::k16Bit, false>(const DecodeParams&, const CUtensorMap&, bool,
+template Status launch_decode_kernel<true, KvKind::k16Bit, false, kDimQK>(const DecodeParams&, const CUtensorMap&, bool,
                                                                   int, cudaStream_t, bool);
 
 Status kernels_loadable() {
   cudaFuncAttributes attr{};
-  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true, KvKind::k16Bit, false, false>);
+  const cudaError_t err = cudaFuncGetAttributes(&attr, decode_kernel<true, KvKind::k16Bit, false, false, kDimQK>);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the caller only asked
     return Status::not_supported(std::string("the sm_90a kernels cannot run on this device: ") +

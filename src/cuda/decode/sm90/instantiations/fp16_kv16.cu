@@ -2,6 +2,6 @@
 #include "cuda/decode/sm90/launch_kernel.cuh"
 
 namespace mlakit::cuda::decode::sm90 {
-template Status launch_decode_kernel<false, KvKind::k16Bit, false>(const DecodeParams&, const CUtensorMap&, bool,
+template Status launch_decode_kernel<false, KvKind::k16Bit, false, kDimQK>(const DecodeParams&, const CUtensorMap&, bool,
                                                                    int, cudaStream_t, bool);
 }  // namespace mlakit::cuda::decode::sm90

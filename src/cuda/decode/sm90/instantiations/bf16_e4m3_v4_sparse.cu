@@ -1,0 +1,7 @@
+// Hopper sparse decode kernel in DeepSeek V4's geometry (d_qk 512, V the whole row), q in bf16, fp8_e4m3 cache.
+#include "cuda/decode/sm90/launch_kernel.cuh"
+
+namespace mlakit::cuda::decode::sm90 {
+template Status launch_decode_kernel<true, KvKind::kE4M3, true, kDimQKV4>(const DecodeParams&, const CUtensorMap&,
+                                                                          bool, int, cudaStream_t, bool);
+}  // namespace mlakit::cuda::decode::sm90
