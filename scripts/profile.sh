@@ -5,19 +5,25 @@
 #   scripts/profile.sh OUT_PREFIX KERNEL_REGEX SKIP_LAUNCHES -- COMMAND [ARGS...]
 # e.g. scripts/profile.sh $OUT/v4 decode_kernel 1 -- build-gpu/tools/mlakit/mlakit bench --mode sparse --preset v4 \
 #   --backend cuda_sm90 --iters 1
-# Writes OUT_PREFIX.details.txt and OUT_PREFIX.hot.txt (and keeps OUT_PREFIX.ncu-rep).
+# Writes OUT_PREFIX.details.txt, OUT_PREFIX.hot.txt and OUT_PREFIX.sass.csv.gz (and keeps OUT_PREFIX.ncu-rep).
+#   scripts/profile.sh --report REPORT.ncu-rep OUT_PREFIX   reduces a report taken earlier the same way.
 set -euo pipefail
-[ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,9p' "$0"; exit 2; }
-prefix=$1 regex=$2 skip=$3
-shift 4
-# The command's own exit status does not matter (a bench that refuses a later row still ran the profiled kernel): the
-# report does.
-ncu --clock-control none --set full --import-source yes -k "regex:$regex" -s "$skip" -c 1 -f -o "$prefix" "$@" \
-  > "$prefix.ncu.log" 2>&1 || true
-[ -s "$prefix.ncu-rep" ] || { tail -20 "$prefix.ncu.log"; exit 1; }
-ncu -i "$prefix.ncu-rep" --page details > "$prefix.details.txt"
-ncu -i "$prefix.ncu-rep" --page source --print-source sass --csv > "$prefix.sass.csv"
-python3 - "$prefix.sass.csv" > "$prefix.hot.txt" <<'PY'
+if [ "${1:-}" = "--report" ] && [ $# -eq 3 ]; then
+  report=$2 prefix=$3
+else
+  [ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,10p' "$0"; exit 2; }
+  prefix=$1 regex=$2 skip=$3
+  shift 4
+  # The command's own exit status does not matter (a bench that refuses a later row still ran the profiled kernel):
+  # the report does.
+  ncu --clock-control none --set full --import-source yes -k "regex:$regex" -s "$skip" -c 1 -f -o "$prefix" "$@" \
+    > "$prefix.ncu.log" 2>&1 || true
+  report=$prefix.ncu-rep
+  [ -s "$report" ] || { tail -20 "$prefix.ncu.log"; exit 1; }
+fi
+ncu -i "$report" --page details > "$prefix.details.txt"
+ncu -i "$report" --page source --print-source sass --csv > "$prefix.sass.csv"
+python3 - "$prefix.sass.csv" > "$prefix.hot.txt" <<'PY' || { echo "no hot-spot table:"; head -c 600 "$prefix.sass.csv"; }
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1], newline="")))
 if not rows:
@@ -35,7 +41,7 @@ print(f"{len(rows)} SASS instructions, {total:.0f} stall samples; top 40 by samp
 for r in sorted(rows, key=lambda r: -num(r[key]))[:40]:
     print(f"{100 * num(r[key]) / total:5.1f}%  {r.get('Address', '')}  {r.get('Source', '')[:90]}")
 PY
-rm -f "$prefix.sass.csv"
+gzip -f "$prefix.sass.csv"
 grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Compute \(SM\) Throughput|Memory Throughput" \
   "$prefix.details.txt" | head -12
 head -25 "$prefix.hot.txt"
