@@ -107,11 +107,12 @@ fi
 # row-group count, the graph test and the all-empty batch; every other test program whole (they are small).
 P=Cuda/DecodeMatrix.MatchesReference
 S=Cuda/SparseMatrix.MatchesReference
+X=Cuda/SparseExtra.MatchesReference
 C=ContextParallel/ShardedDecode.RanksMergeToTheUnshardedDecode  # /0 cuda bf16 h16, /8 cuda e4m3 h128, /14 sm90 bf16 h128, /22 sm90 ds_mla h63
 declare -A SAN_FILTER=(
   [gpu_test_context_parallel]="$C/0:$C/8:$C/14:$C/22:ShardHelpers.*"
   [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
-  [gpu_test_sparse_extra]="Cuda/SparseExtra.MatchesReference/fp8_ds_v4_h3:Cuda/SparseExtra.MatchesReference/fp8_e4m3_h64:Cuda/SparseExtra.MatchesReference/bf16_h128:Cuda/SparseExtra.MatchesReference/fp8_ds_mla_h16:SparseExtraRefusal.*"
+  [gpu_test_sparse_extra]="$X/cuda_fp8_ds_v4_h3:$X/cuda_fp8_e4m3_h64:$X/cuda_fp8_ds_mla_h16:$X/cuda_sm90_fp8_ds_v4_h64:$X/cuda_sm90_bf16_h17:$X/cuda_sm90_fp8_ds_mla_h63:SparseExtraSelection.*"
   [gpu_test_sparse_decode]="$S/cuda_bf16_h16:$S/cuda_fp8_ds_mla_h128:$S/cuda_fp8_e4m3_h3:$S/cuda_fp16_h63:$S/cuda_sm90_bf16_h16:$S/cuda_sm90_bf16_h128:$S/cuda_sm90_fp16_h63:$S/cuda_sm90_fp8_ds_mla_h128:$S/cuda_sm90_fp8_e4m3_h32:Cuda/SparseEdges.AllInvalidRowsAndEmptyLengths/*:Cuda/SparseEdges.IdsPastTheCacheAreNoKey/*:Cuda/SparseEdges.SplitRequestWithSink/*:Cuda/SparseEdges.PaddedPageStride/*:Cuda/SparseGraph.*"
 )
 # racecheck and synccheck on the decode and sparse subsets only: their kernels exchange data between warps and warpgroups;
