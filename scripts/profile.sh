@@ -24,8 +24,11 @@ fi
 ncu -i "$report" --page details > "$prefix.details.txt"
 ncu -i "$report" --page source --print-source sass --csv > "$prefix.sass.csv"
 python3 - "$prefix.sass.csv" > "$prefix.hot.txt" <<'PY' || { echo "no hot-spot table:"; head -c 600 "$prefix.sass.csv"; }
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+import csv, io, sys
+lines = open(sys.argv[1], newline="").read().splitlines()
+# The table starts at its header ("Address", ...); lines before it name the kernel.
+start = next((i for i, l in enumerate(lines) if l.startswith('"Address"')), 0)
+rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
 if not rows:
     sys.exit("no source rows")
 key = next((k for k in rows[0] if k.startswith("Warp Stall Sampling (All")), None)
