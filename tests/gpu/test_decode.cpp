@@ -22,6 +22,7 @@
 #include "common/compare.h"
 #include "common/decode_case.h"
 #include "common/npy.h"
+#include "hopper_fp8_rule.h"
 #include "mlakit/registry.h"
 #include "reference/ops.h"
 
@@ -116,9 +117,9 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be, bool*
   DeviceCase d;
   d.upload(c, scale_on_device);
   const Status sup = be.supports(d.problem);
-  // The one refusal that skips: the Hopper path leaves fp8 caches with <= 16 query rows per request to the portable
-  // one (DecodeSelection checks that rule); any other refusal, of any format, fails the test.
-  if (sup.code() == StatusCode::kNotSupported && sup.message().find("query rows per request") != std::string::npos) {
+  // The one refusal that skips (hopper_fp8_rule.h; DecodeSelection checks the rule); any other refusal, of any
+  // format, fails the test.
+  if (is_fp8_row_refusal(sup)) {
     if (declined != nullptr) {
       *declined = true;
       return;

@@ -22,6 +22,7 @@
 
 #include "common/compare.h"
 #include "common/decode_case.h"
+#include "hopper_fp8_rule.h"
 #include "reference/ops.h"
 #include "test_cache_util.h"
 
@@ -64,11 +65,6 @@ int64_t pick_heads(std::mt19937_64& rng) {
   return rng() % 2 ? kCommon[rng() % 9] : int64_t(1 + rng() % 128);
 }
 
-/// The one refusal that is not a failure: the Hopper path leaves fp8 caches with <= 16 query rows to the portable one.
-bool documented_refusal(const Status& s) {
-  return s.code() == StatusCode::kNotSupported && s.message().find("query rows per request") != std::string::npos;
-}
-
 std::string describe_dense(const DecodeCaseConfig& c, bool scale_on_device) {
   std::string lens;
   for (int32_t l : c.seq_lens) lens += std::to_string(l) + ",";
@@ -91,7 +87,7 @@ template <class Problem, class Case, class Reference>
 bool run_and_compare(const Backend& be, const Problem& p, Case& c, const void* out, const void* lse,
                      Reference&& reference) {
   const Status sup = be.supports(p);
-  if (documented_refusal(sup)) return false;
+  if (is_fp8_row_refusal(sup)) return false;
   EXPECT_TRUE(sup.ok()) << sup.to_string();
   if (!sup.ok()) return true;
   const size_t ws_bytes = be.workspace_bytes(p);

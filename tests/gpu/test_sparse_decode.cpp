@@ -18,6 +18,7 @@
 #include "common/compare.h"
 #include "common/decode_case.h"
 #include "common/golden.h"
+#include "hopper_fp8_rule.h"
 #include "common/npy.h"
 #include "reference/ops.h"
 #include "test_cache_util.h"
@@ -84,9 +85,8 @@ void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device, Edit&
   d.upload(c, scale_on_device);
   edit(d);
   const Status sup = be.supports(d.problem);
-  // The one refusal that skips: the Hopper path leaves fp8 caches with <= 16 query rows to the portable one (the
-  // selection test checks that rule); any other refusal fails.
-  if (sup.code() == StatusCode::kNotSupported && sup.message().find("query rows per request") != std::string::npos) {
+  // The one refusal that skips (hopper_fp8_rule.h; the selection test checks the rule); any other one fails.
+  if (is_fp8_row_refusal(sup)) {
     GTEST_SKIP() << be.name() << ": " << sup.message();
   }
   ASSERT_TRUE(sup.ok()) << sup.to_string();
@@ -413,19 +413,9 @@ TEST(SparseSelection, HopperPathChosenWhereItRuns) {
       SparseCase c = SparseCase::generate(cfg);
       DeviceSparse d;
       d.upload(c, true);
-      const Selection sel = registry.select(d.problem);
-      ASSERT_NE(sel.backend, nullptr) << sel.explain();
       const bool fp8 = format == KvFormat::kFP8E4M3 || format == KvFormat::kFP8DsMla;
-      if (fp8 && h_q <= 16) {
-        EXPECT_EQ(sel.backend->name(), "cuda") << sel.explain();
-        bool named = false;
-        for (const Rejection& r : sel.passed_over) {
-          named = named || (r.backend == "cuda_sm90" && r.reason.find("query rows per request") != std::string::npos);
-        }
-        EXPECT_TRUE(named) << sel.explain();
-      } else {
-        EXPECT_EQ(sel.backend->name(), "cuda_sm90") << kv_format_name(format) << " h_q=" << h_q << ": " << sel.explain();
-      }
+      expect_hopper_selection(registry.select(d.problem), fp8 && h_q <= 16,
+                              std::string(kv_format_name(format)) + " h_q=" + std::to_string(h_q));
     }
   }
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/compare.h"
+#include "hopper_fp8_rule.h"
 #include "mlakit/numeric.h"
 #include "mlakit/registry.h"
 #include "reference/kv_rows.h"
@@ -228,9 +229,8 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
   const SparseDecodeProblem p = problem(dq.get(), main_dev, dids.get(), dlen.get(), extra ? &extra_dev_view : nullptr,
                                         deids.get(), delen.get(), dsink.get(), dout.get(), dlse.get(), dmax.get(), dev);
   const Status sup = be.supports(p);
-  // The one refusal that skips: the Hopper path leaves fp8 caches with <= 16 query rows to the portable one
-  // (SparseExtraSelection checks that rule); any other refusal fails.
-  if (sup.code() == StatusCode::kNotSupported && sup.message().find("query rows per request") != std::string::npos) {
+  // The one refusal that skips (hopper_fp8_rule.h; SparseExtraSelection checks the rule); any other one fails.
+  if (is_fp8_row_refusal(sup)) {
     GTEST_SKIP() << be.name() << ": " << sup.message();
   }
   ASSERT_TRUE(sup.ok()) << sup.to_string();
@@ -385,18 +385,8 @@ TEST(SparseExtraSelection, HopperPathTakesV4AndTheExtraCache) {
       p.out = TensorView::contiguous(dout.get(), DType::kBF16, {2, 1, h_q, kDimV}, dev);
       p.softmax_scale = 0.0625f;
       ASSERT_TRUE(p.validate().ok()) << p.validate().to_string();
-      const Selection sel = registry.select(p);
-      ASSERT_NE(sel.backend, nullptr) << sel.explain();
-      if (f != KvFormat::kBF16 && h_q <= 16) {
-        EXPECT_EQ(sel.backend->name(), "cuda") << sel.explain();
-        bool named = false;
-        for (const Rejection& r : sel.passed_over) {
-          named = named || (r.backend == "cuda_sm90" && r.reason.find("query rows per request") != std::string::npos);
-        }
-        EXPECT_TRUE(named) << sel.explain();
-      } else {
-        EXPECT_EQ(sel.backend->name(), "cuda_sm90") << kv_format_name(f) << " h_q=" << h_q << ": " << sel.explain();
-      }
+      expect_hopper_selection(registry.select(p), f != KvFormat::kBF16 && h_q <= 16,
+                              std::string(kv_format_name(f)) + " h_q=" + std::to_string(h_q));
     }
   }
 }
