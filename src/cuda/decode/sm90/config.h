@@ -1,19 +1,20 @@
 #pragma once
 // Tile shapes, roles and shared-memory layout of the Hopper (sm_90a) decode kernel: dense (issue 8) and
-// sparse (issue 9), which differ only in how the producer finds a row and in which rows the softmax masks.
+// sparse (issue 9; DeepSeek V4's geometry too, issue 13), which differ only in how the producer finds a row and in
+// which rows the softmax masks.
 // Host and device code both read this file; everything that ties the numbers together is static_assert'ed.
 //
 // One CTA = 64 query rows (h_q x s_q folded, the wgmma M) x one partition of the batch's KV work (the
 // plan shared with the portable kernel). Three warpgroups:
 //   0, 1  consumers: tile g of the CTA's KV walk is "owned" by warpgroup g % 2, which computes
-//         S = Q K^T (64 x 64 x 576) and the softmax of it; each consumer accumulates the output columns
+//         S = Q K^T (64 x 64 x d_qk, 576 or V4's 512) and the softmax of it; each consumer accumulates the output columns
 //         [256 w, 256 w + 256) of every tile: its own tiles with P from registers, the other's tiles
 //         with P from shared memory. The running row maximum passes from owner to owner through shared
 //         memory, so both halves of O are scaled consistently.
 //   2     producer: loads Q and the KV tiles (TMA for whole tiles of pages >= 16 tokens, per-row
 //         cp.async otherwise) into a ring of two stages, each split in three parts with their own
-//         full/empty mbarriers (V columns 0-255, V columns 256-511, RoPE columns), so that a part is
-//         refilled as soon as the last warpgroup reading it is done with it.
+//         full/empty mbarriers (V columns 0-255, V columns 256-511, RoPE columns; V4 has no RoPE part), so
+//         that a part is refilled as soon as the last warpgroup reading it is done with it.
 
 #include "cuda/decode/smxx/config.h"
 
