@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mlakit/prepared.h"
 #include "mlakit/problems.h"
 #include "mlakit/status.h"
 #include "mlakit/types.h"
@@ -80,6 +81,12 @@ class Backend {
   Status supports(const GatherKvProblem& p) const;
   Status run(const GatherKvProblem& p, Stream stream) const;
 
+  // ---- a call checked once (prepared.h) ----
+  /// The checks of supports(p), once; on success *out is bound to this backend with its own copy of p. Defined for
+  /// every problem type of problems.h.
+  template <typename Problem>
+  Status prepare(const Problem& p, Prepared<Problem>* out) const;
+
  protected:
   /// "backend 'cuda' does not implement sparse_decode": the default answer of every hook below.
   Status not_implemented(OpKind op) const;
@@ -113,9 +120,18 @@ class Backend {
   virtual Status do_run_gather_kv(const GatherKvProblem&, Stream) const { return not_implemented(OpKind::kGatherKv); }
 
  private:
+  template <typename Problem>
+  friend class Prepared;
+  friend class Registry;
+  /// prepare() for a problem already validated (Registry::prepare validates once for all the backends it asks).
+  template <typename Problem>
+  Status prepare_valid(const Problem& p, Prepared<Problem>* out) const;
   /// Shared prelude of every public entry point: availability, validity and device type.
   template <typename Problem>
   Status check_common(const Problem& p) const;
+  /// check_common without the validation: the device type and availability.
+  template <typename Problem>
+  Status check_device(const Problem& p) const;
 };
 
 }  // namespace mlakit

@@ -5,6 +5,7 @@
 #include "mlakit/backend.h"
 #include "mlakit/kv_format.h"
 #include "mlakit/numeric.h"
+#include "mlakit/prepared.h"
 #include "mlakit/problems.h"
 #include "mlakit/registry.h"
 #include "mlakit/rope.h"

@@ -26,6 +26,9 @@ struct Selection {
   std::vector<Rejection> passed_over;
   /// Multi-line explanation: chosen backend, then one line per backend passed over.
   std::string explain() const;
+  /// `status` as one error: for a valid call that no backend serves, its message also says why each backend was
+  /// passed over ("...; cuda_sm90: <reason>; cuda: <reason>"). Ok when a backend was chosen.
+  Status failure() const;
 };
 
 /// How to choose. An empty `backend` means automatic selection.
@@ -49,6 +52,12 @@ class Registry {
   /// Chooses a backend for `problem`. Defined for every problem type of problems.h.
   template <typename Problem>
   Selection select(const Problem& problem, const Preference& preference = {}) const;
+
+  /// Chooses a backend as select() does and prepares the call on it (prepared.h), validating `problem` once for all
+  /// the backends it asks. On failure *out is left unmade and the Status is select()'s, with each backend passed
+  /// over and why (Selection::failure()).
+  template <typename Problem>
+  Status prepare(const Problem& problem, const Preference& preference, Prepared<Problem>* out) const;
 
  private:
   std::vector<std::unique_ptr<Backend>> backends_;

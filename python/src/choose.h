@@ -14,12 +14,7 @@ template <typename Problem>
 Status choose(const Registry& registry, const Problem& p, const Preference& preference, const Backend** chosen) {
   const Selection sel = registry.select(p, preference);
   *chosen = sel.backend;
-  if (sel.backend != nullptr) return {};
-  std::string message = sel.status.message();
-  if (sel.status.code() != StatusCode::kInvalidArgument) {
-    for (const Rejection& r : sel.passed_over) message += "; " + r.backend + ": " + r.reason;
-  }
-  return Status(sel.status.code(), message);
+  return sel.failure();
 }
 
 }  // namespace mlakit::py

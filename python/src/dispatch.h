@@ -49,12 +49,21 @@ const Backend& choose_backend(const Problem& p, nb::handle backend) {
   return *chosen;
 }
 
-/// Runs `p` on `b` (plan + run for decode, with a workspace sized for `p`). Releases the GIL.
-void execute(const Backend& b, const DecodeProblem& p, Stream s, nb::handle workspace);
-void execute(const Backend& b, const SparseDecodeProblem& p, Stream s, nb::handle workspace);
+/// `p` checked once and bound to the backend that will run it (Registry::prepare, include/mlakit/prepared.h); raises
+/// as choose_backend does when there is none.
 template <typename Problem>
-void execute(const Backend& b, const Problem& p, Stream s, nb::handle /*workspace*/) {
-  call_without_gil([&] { return b.run(p, s); });
+Prepared<Problem> prepare_call(const Problem& p, nb::handle backend) {
+  Prepared<Problem> call;
+  throw_if_failed(registry().prepare(p, preference_of(backend), &call));
+  return call;
+}
+
+/// Runs a prepared call (plan + run for decode, with a workspace of its size). Releases the GIL.
+void execute(const Prepared<DecodeProblem>& c, Stream s, nb::handle workspace);
+void execute(const Prepared<SparseDecodeProblem>& c, Stream s, nb::handle workspace);
+template <typename Problem>
+void execute(const Prepared<Problem>& c, Stream s, nb::handle /*workspace*/) {
+  call_without_gil([&] { return c.run(s); });
 }
 
 }  // namespace mlakit::py

@@ -149,10 +149,6 @@ GatherKvProblem build_gather_kv(Call& c, nb::handle kv_cache, nb::handle block_t
   return p;
 }
 
-/// Scratch bytes the chosen backend needs for `p` (decode and sparse_decode only).
-size_t workspace_bytes_of(const Backend& b, const DecodeProblem& p) { return b.workspace_bytes(p); }
-size_t workspace_bytes_of(const Backend& b, const SparseDecodeProblem& p) { return b.workspace_bytes(p); }
-
 /// Binds `<op>_workspace_bytes(same arguments)`: the bytes a `workspace=` array must hold.
 template <typename Problem, typename... Args, typename... Extra>
 void def_workspace_bytes(nb::module_& m, const char* name, Problem (*build)(Call&, Args...), const Extra&... extra) {
@@ -161,7 +157,7 @@ void def_workspace_bytes(nb::module_& m, const char* name, Problem (*build)(Call
       [build](Args... a, nb::handle backend, nb::handle /*stream*/) {
         Call call;
         const Problem p = build(call, a...);
-        return workspace_bytes_of(choose_backend(p, backend), p);
+        return prepare_call(p, backend).workspace_bytes();
       },
       extra..., arg("backend") = nb::none(), arg("stream") = nb::none(),
       "Bytes of workspace the chosen backend needs for this call (pass workspace= a uint8 array that large, "
@@ -182,10 +178,10 @@ void def_decode_steps(nb::module_& m, const Extra&... extra) {
       Call call;
       const DecodeProblem p = build_decode(call, q, kv_cache, block_table, seq_lens, out, lse, softmax_scale, causal,
                                            shard, block_table_indptr, workspace);
-      const Backend& chosen = choose_backend(p, backend);
-      OwnedWorkspace ws = OwnedWorkspace::make(p.device(), chosen.workspace_bytes(p), workspace);
+      const Prepared<DecodeProblem> prepared = prepare_call(p, backend);
+      OwnedWorkspace ws = OwnedWorkspace::make(p.device(), prepared.workspace_bytes(), workspace);
       const Stream s = resolve_stream(stream, call.args, p.device());
-      call_without_gil([&] { return half == Half::kPlan ? chosen.plan(p, ws.get(), s) : chosen.run(p, ws.get(), s); });
+      call_without_gil([&] { return half == Half::kPlan ? prepared.plan(ws.get(), s) : prepared.run(ws.get(), s); });
     };
   };
   m.def("decode_plan_step", step(Half::kPlan), extra..., arg("backend") = nb::none(), arg("stream") = nb::none(),
@@ -204,8 +200,7 @@ void def_op(nb::module_& m, const char* name, const char* select_name, Problem (
       [build](Args... a, nb::handle backend, nb::handle stream) {
         Call call;
         const Problem p = build(call, a...);
-        const Backend& chosen = choose_backend(p, backend);
-        execute(chosen, p, resolve_stream(stream, call.args, p.device()), call.workspace);
+        execute(prepare_call(p, backend), resolve_stream(stream, call.args, p.device()), call.workspace);
       },
       extra..., arg("backend") = nb::none(), arg("stream") = nb::none(), doc);
   m.def(

@@ -48,17 +48,17 @@ Preference preference_of(nb::handle backend) {
   return pref;
 }
 
-void execute(const Backend& b, const DecodeProblem& p, Stream s, nb::handle workspace) {
-  OwnedWorkspace ws = OwnedWorkspace::make(p.device(), b.workspace_bytes(p), workspace);
+void execute(const Prepared<DecodeProblem>& c, Stream s, nb::handle workspace) {
+  OwnedWorkspace ws = OwnedWorkspace::make(c.problem().device(), c.workspace_bytes(), workspace);
   call_without_gil([&] {
-    const Status planned = b.plan(p, ws.get(), s);
-    return planned.ok() ? b.run(p, ws.get(), s) : planned;
+    const Status planned = c.plan(ws.get(), s);
+    return planned.ok() ? c.run(ws.get(), s) : planned;
   });
 }
 
-void execute(const Backend& b, const SparseDecodeProblem& p, Stream s, nb::handle workspace) {
-  OwnedWorkspace ws = OwnedWorkspace::make(p.device(), b.workspace_bytes(p), workspace);
-  call_without_gil([&] { return b.run(p, ws.get(), s); });
+void execute(const Prepared<SparseDecodeProblem>& c, Stream s, nb::handle workspace) {
+  OwnedWorkspace ws = OwnedWorkspace::make(c.problem().device(), c.workspace_bytes(), workspace);
+  call_without_gil([&] { return c.run(ws.get(), s); });
 }
 
 void bind_registry(nb::module_& m) {

@@ -19,7 +19,6 @@
 #endif
 
 #include "cache_layout.h"
-#include "choose.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit::torch_ops {
@@ -103,12 +102,13 @@ KvCacheView cache_of(const at::Tensor& pages, c10::string_view format, int64_t d
   return c;
 }
 
-/// The backend automatic selection picks; raises with why each one was passed over when none serves the call.
+/// `p` checked once and bound to the backend automatic selection picks (Registry::prepare, prepared.h); raises with
+/// why each backend was passed over when none serves the call.
 template <typename Problem>
-const Backend& chosen_backend(const Problem& p) {
-  const Backend* chosen = nullptr;
-  check(py::choose(registry(), p, Preference{}, &chosen));
-  return *chosen;
+Prepared<Problem> prepared(const Problem& p) {
+  Prepared<Problem> call;
+  check(registry().prepare(p, Preference{}, &call));
+  return call;
 }
 
 /// torch's current stream on `t`'s device (null on the CPU), where the call runs, so graph capture records it.
@@ -149,12 +149,12 @@ std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor& q, const at::Tensor&
   p.lse = view_of(lse, "lse");
   p.softmax_scale = float(softmax_scale);
   p.causal = causal;
-  const Backend& b = chosen_backend(p);
+  const Prepared<DecodeProblem> call = prepared(p);
   at::Tensor ws_holder;
-  const Workspace ws = workspace_for(q, b.workspace_bytes(p), &ws_holder);
+  const Workspace ws = workspace_for(q, call.workspace_bytes(), &ws_holder);
   const Stream s = stream_of(q);
-  check(b.plan(p, ws, s));
-  check(b.run(p, ws, s));
+  check(call.plan(ws, s));
+  check(call.run(ws, s));
   return {out, lse};
 }
 
@@ -182,10 +182,10 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(const at::Tensor& q, const at::
     p.extra_indices = view_of(*extra_indices, "extra_indices");
     p.extra_topk_length = optional_view(extra_topk_length, "extra_topk_length");
   }
-  const Backend& b = chosen_backend(p);
+  const Prepared<SparseDecodeProblem> call = prepared(p);
   at::Tensor ws_holder;
-  const Workspace ws = workspace_for(q, b.workspace_bytes(p), &ws_holder);
-  check(b.run(p, ws, stream_of(q)));
+  const Workspace ws = workspace_for(q, call.workspace_bytes(), &ws_holder);
+  check(call.run(ws, stream_of(q)));
   return {out, lse};
 }
 
@@ -211,7 +211,7 @@ void append(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& sl
   p.cos_sin = optional_view(cos_sin, "cos_sin");
   p.rope_style = rope_style_of(rope_style);
   p.q = optional_view(q, "q");
-  check(chosen_backend(p).run(p, stream_of(kv_c)));
+  check(prepared(p).run(stream_of(kv_c)));
 }
 
 void append_kv(const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& slot_mapping,

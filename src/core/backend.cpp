@@ -3,6 +3,8 @@
 
 #include "mlakit/backend.h"
 
+#include "core/workspace_check.h"
+
 namespace mlakit {
 
 const char* op_name(OpKind op) {
@@ -25,6 +27,11 @@ Status Backend::not_implemented(OpKind op) const {
 template <typename Problem>
 Status Backend::check_common(const Problem& p) const {
   MLAKIT_TRY(p.validate());
+  return check_device(p);
+}
+
+template <typename Problem>
+Status Backend::check_device(const Problem& p) const {
   const Device dev = p.device();
   if (dev.type != device_type()) {
     return Status::not_supported("backend '" + name() + "' takes " +
@@ -35,6 +42,16 @@ Status Backend::check_common(const Problem& p) const {
   if (!avail.ok()) return Status::not_supported("backend '" + name() + "' is not available: " + avail.message());
   return {};
 }
+
+// check_device for every problem type: prepared.cpp's Backend::prepare_valid calls it too.
+template Status Backend::check_device(const DecodeProblem&) const;
+template Status Backend::check_device(const SparseDecodeProblem&) const;
+template Status Backend::check_device(const PrefillProblem&) const;
+template Status Backend::check_device(const MergeProblem&) const;
+template Status Backend::check_device(const MergePairProblem&) const;
+template Status Backend::check_device(const AppendKvProblem&) const;
+template Status Backend::check_device(const RopeProblem&) const;
+template Status Backend::check_device(const GatherKvProblem&) const;
 
 // Each pair below: supports() = prelude + the backend's hook; run() = supports() + the backend's run hook.
 #define MLAKIT_DEFINE_SUPPORTS(Problem, hook)                 \
@@ -56,14 +73,6 @@ MLAKIT_DEFINE_SUPPORTS(GatherKvProblem, do_supports_gather_kv)
 size_t Backend::workspace_bytes(const DecodeProblem& p) const { return do_workspace_bytes_decode(p); }
 size_t Backend::workspace_bytes(const SparseDecodeProblem& p) const { return do_workspace_bytes_sparse_decode(p); }
 
-namespace {
-/// A workspace smaller than the backend asked for would be written out of bounds: refuse it.
-Status check_workspace(const Workspace& ws, size_t needed) {
-  if (ws.bytes >= needed && (needed == 0 || ws.data != nullptr)) return {};
-  return Status::invalid("workspace.bytes=" + std::to_string(ws.bytes) + ": must be >= workspace_bytes(problem)=" +
-                         std::to_string(needed) + (ws.data == nullptr ? " with non-null data" : ""));
-}
-}  // namespace
 
 Status Backend::plan(const DecodeProblem& p, Workspace ws, Stream stream) const {
   MLAKIT_TRY(supports(p));

@@ -79,6 +79,39 @@ template Selection Registry::select(const AppendKvProblem&, const Preference&) c
 template Selection Registry::select(const RopeProblem&, const Preference&) const;
 template Selection Registry::select(const GatherKvProblem&, const Preference&) const;
 
+Status Selection::failure() const {
+  if (backend != nullptr) return {};
+  std::string message = status.message();
+  if (status.code() != StatusCode::kInvalidArgument) {
+    for (const Rejection& r : passed_over) message += "; " + r.backend + ": " + r.reason;
+  }
+  return Status(status.code(), message);
+}
+
+template <typename Problem>
+Status Registry::prepare(const Problem& problem, const Preference& preference, Prepared<Problem>* out) const {
+  *out = Prepared<Problem>{};
+  MLAKIT_TRY(problem.validate());
+  if (preference.backend.empty()) {
+    for (const auto& b : backends_) {  // highest priority first, as select() walks them
+      if (b->prepare_valid(problem, out).ok()) return {};
+    }
+  } else if (const Backend* named = get(preference.backend); named != nullptr) {
+    if (named->prepare_valid(problem, out).ok()) return {};
+  }
+  // Nothing took it: select() builds the same answer with every reason (the slow path, on failure only).
+  return select(problem, preference).failure();
+}
+
+template Status Registry::prepare(const DecodeProblem&, const Preference&, Prepared<DecodeProblem>*) const;
+template Status Registry::prepare(const SparseDecodeProblem&, const Preference&, Prepared<SparseDecodeProblem>*) const;
+template Status Registry::prepare(const PrefillProblem&, const Preference&, Prepared<PrefillProblem>*) const;
+template Status Registry::prepare(const MergeProblem&, const Preference&, Prepared<MergeProblem>*) const;
+template Status Registry::prepare(const MergePairProblem&, const Preference&, Prepared<MergePairProblem>*) const;
+template Status Registry::prepare(const AppendKvProblem&, const Preference&, Prepared<AppendKvProblem>*) const;
+template Status Registry::prepare(const RopeProblem&, const Preference&, Prepared<RopeProblem>*) const;
+template Status Registry::prepare(const GatherKvProblem&, const Preference&, Prepared<GatherKvProblem>*) const;
+
 std::string Selection::explain() const {
   std::string s = backend ? "chosen: " + backend->name() + "\n" : "chosen: none (" + status.to_string() + ")\n";
   for (const Rejection& r : passed_over) s += "passed over: " + r.backend + ": " + r.reason + "\n";

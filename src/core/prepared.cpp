@@ -1,0 +1,106 @@
+// Prepared calls (include/mlakit/prepared.h): Backend::prepare runs supports()'s checks once and binds a copy of the
+// problem to the backend; Prepared's plan and run then call the backend's hooks directly, checking only the
+// workspace (which is not part of the problem).
+
+#include "mlakit/prepared.h"
+
+#include <type_traits>
+
+#include "core/workspace_check.h"
+#include "mlakit/backend.h"
+
+namespace mlakit {
+namespace {
+
+Status check_made(const Backend* b) {
+  if (b != nullptr) return {};
+  return Status::invalid("prepared call: not made (call Registry::prepare or Backend::prepare first)");
+}
+
+}  // namespace
+
+template <typename Problem>
+Status Backend::prepare(const Problem& p, Prepared<Problem>* out) const {
+  MLAKIT_TRY(p.validate());
+  return prepare_valid(p, out);
+}
+
+// prepare_valid per problem type: the device checks, the backend's support hook, then the binding and the workspace
+// size (decode and sparse decode only).
+#define MLAKIT_DEFINE_PREPARE(Problem, supports_hook, workspace_expr)                         \
+  template <>                                                                                 \
+  Status Backend::prepare_valid(const Problem& p, Prepared<Problem>* out) const {             \
+    *out = Prepared<Problem>{};                                                               \
+    MLAKIT_TRY(check_device(p));                                                              \
+    MLAKIT_TRY(supports_hook(p));                                                             \
+    out->backend_ = this;                                                                     \
+    out->problem_ = p;                                                                        \
+    out->workspace_bytes_ = workspace_expr;                                                   \
+    return {};                                                                                \
+  }                                                                                           \
+  template Status Backend::prepare(const Problem&, Prepared<Problem>*) const;
+
+MLAKIT_DEFINE_PREPARE(DecodeProblem, do_supports_decode, do_workspace_bytes_decode(p))
+MLAKIT_DEFINE_PREPARE(SparseDecodeProblem, do_supports_sparse_decode, do_workspace_bytes_sparse_decode(p))
+MLAKIT_DEFINE_PREPARE(PrefillProblem, do_supports_prefill, 0)
+MLAKIT_DEFINE_PREPARE(MergeProblem, do_supports_merge, 0)
+MLAKIT_DEFINE_PREPARE(MergePairProblem, do_supports_merge_pair, 0)
+MLAKIT_DEFINE_PREPARE(AppendKvProblem, do_supports_append_kv, 0)
+MLAKIT_DEFINE_PREPARE(RopeProblem, do_supports_rope, 0)
+MLAKIT_DEFINE_PREPARE(GatherKvProblem, do_supports_gather_kv, 0)
+#undef MLAKIT_DEFINE_PREPARE
+
+template <typename Problem>
+Status Prepared<Problem>::plan(Workspace ws, Stream stream) const
+  requires std::is_same_v<Problem, DecodeProblem>
+{
+  MLAKIT_TRY(check_made(backend_));
+  MLAKIT_TRY(check_workspace(ws, workspace_bytes_));
+  return backend_->do_plan_decode(problem_, ws, stream);
+}
+
+template <typename Problem>
+Status Prepared<Problem>::run(Workspace ws, Stream stream) const
+  requires kHasWorkspace<Problem>
+{
+  MLAKIT_TRY(check_made(backend_));
+  MLAKIT_TRY(check_workspace(ws, workspace_bytes_));
+  if constexpr (std::is_same_v<Problem, DecodeProblem>) {
+    return backend_->do_run_decode(problem_, ws, stream);
+  } else {
+    return backend_->do_run_sparse_decode(problem_, ws, stream);
+  }
+}
+
+template <typename Problem>
+Status Prepared<Problem>::run(Stream stream) const
+  requires(!kHasWorkspace<Problem>)
+{
+  MLAKIT_TRY(check_made(backend_));
+  if constexpr (std::is_same_v<Problem, PrefillProblem>) {
+    return backend_->do_run_prefill(problem_, stream);
+  } else if constexpr (std::is_same_v<Problem, MergeProblem>) {
+    return backend_->do_run_merge(problem_, stream);
+  } else if constexpr (std::is_same_v<Problem, MergePairProblem>) {
+    return backend_->do_run_merge_pair(problem_, stream);
+  } else if constexpr (std::is_same_v<Problem, AppendKvProblem>) {
+    return backend_->do_run_append_kv(problem_, stream);
+  } else if constexpr (std::is_same_v<Problem, RopeProblem>) {
+    return backend_->do_run_rope(problem_, stream);
+  } else {
+    static_assert(std::is_same_v<Problem, GatherKvProblem>, "a problem type of problems.h");
+    return backend_->do_run_gather_kv(problem_, stream);
+  }
+}
+
+// The explicit instantiations define the members whose constraints hold for each type.
+template class Prepared<DecodeProblem>;
+template class Prepared<SparseDecodeProblem>;
+template class Prepared<PrefillProblem>;
+template class Prepared<MergeProblem>;
+template class Prepared<MergePairProblem>;
+template class Prepared<AppendKvProblem>;
+template class Prepared<RopeProblem>;
+template class Prepared<GatherKvProblem>;
+
+}  // namespace mlakit
