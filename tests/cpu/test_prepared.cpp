@@ -61,6 +61,14 @@ test::DecodeCase make_case(int64_t page_size, uint64_t seed = 3) {
   return test::DecodeCase::generate(cfg);
 }
 
+/// The default registry plus the counting backend, which then outranks the reference.
+class PreparedCounting : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(r.add(std::make_unique<CountingBackend>(&n)).ok()); }
+  CountingBackend::Counts n;
+  Registry r = make_default_registry();
+};
+
 TEST(Prepared, DecodeOnTheReferenceMatchesBackendEntryPointsBitForBit) {
   const Registry r = make_default_registry();
   test::DecodeCase c = make_case(64);
@@ -84,10 +92,7 @@ TEST(Prepared, DecodeOnTheReferenceMatchesBackendEntryPointsBitForBit) {
   EXPECT_EQ(std::memcmp(c.lse.data(), want_lse.data(), want_lse.size() * 4), 0);
 }
 
-TEST(Prepared, ChecksOnceThenRunsWithoutAskingAgain) {
-  CountingBackend::Counts n;
-  Registry r = make_default_registry();
-  ASSERT_TRUE(r.add(std::make_unique<CountingBackend>(&n)).ok());
+TEST_F(PreparedCounting, ChecksOnceThenRunsWithoutAskingAgain) {
   test::DecodeCase c = make_case(16);
   Prepared<DecodeProblem> call;
   ASSERT_TRUE(r.prepare(c.problem(), {}, &call).ok());
@@ -108,10 +113,7 @@ TEST(Prepared, ChecksOnceThenRunsWithoutAskingAgain) {
   EXPECT_EQ(n.supports, 3);
 }
 
-TEST(Prepared, RefusesASmallWorkspaceWithBackendsMessage) {
-  CountingBackend::Counts n;
-  Registry r = make_default_registry();
-  ASSERT_TRUE(r.add(std::make_unique<CountingBackend>(&n)).ok());
+TEST_F(PreparedCounting, RefusesASmallWorkspaceWithBackendsMessage) {
   test::DecodeCase c = make_case(16);
   Prepared<DecodeProblem> call;
   ASSERT_TRUE(r.prepare(c.problem(), {}, &call).ok());
@@ -123,10 +125,7 @@ TEST(Prepared, RefusesASmallWorkspaceWithBackendsMessage) {
   EXPECT_EQ(n.plans, 0);
 }
 
-TEST(Prepared, FailuresAreSelectsWithEveryReason) {
-  CountingBackend::Counts n;
-  Registry r = make_default_registry();
-  ASSERT_TRUE(r.add(std::make_unique<CountingBackend>(&n)).ok());
+TEST_F(PreparedCounting, FailuresAreSelectsWithEveryReason) {
   test::DecodeCase c = make_case(64);
 
   // A named backend that cannot serve the call: its reason, and nothing else runs.
