@@ -59,6 +59,7 @@ struct Row {
   double plan_ms = 0;  // plan alone, median (it is also inside median_ms)
   double host_us = 0;  // host time per plan + run call, enqueued back to back (host_us_per_call)
   double host_plan_us = -1, host_run_us = -1;  // the same for plan alone and run alone (the JSON's split; -1: none)
+  double host_prepared_us = -1;  // a one-shot call as the bindings make it: Registry::prepare + plan + run (JSON only)
   SampleCheck check;
 };
 
@@ -74,7 +75,7 @@ std::vector<Preference> cuda_paths(const Registry& registry, const Preference& f
 
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters,
             bool skip_unsupported) {
-  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, -1, -1, {}};
+  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, -1, -1, -1, {}};
   std::unique_ptr<DecodeWorkload> w;
   row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
   if (!row.status.ok()) return row;
@@ -122,6 +123,13 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
   const auto run_only = [&]() { return be.run(w->problem(), workspace, mem->stream()); };
   if (!host_us_per_call(mem, plan_only, int(iters), &row.host_plan_us).ok()) row.host_plan_us = -1;
   if (!host_us_per_call(mem, run_only, int(iters), &row.host_run_us).ok()) row.host_run_us = -1;
+  const auto one_shot = [&]() -> Status {
+    Prepared<DecodeProblem> call;
+    MLAKIT_TRY(registry.prepare(w->problem(), pref, &call));
+    MLAKIT_TRY(call.plan(workspace, mem->stream()));
+    return call.run(workspace, mem->stream());
+  };
+  if (!host_us_per_call(mem, one_shot, int(iters), &row.host_prepared_us).ok()) row.host_prepared_us = -1;
   return row;
 }
 
@@ -144,6 +152,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
       << ", \"host_us_per_call\": " << r.host_us << ", \"host_us_plan\": " << json_number(r.host_plan_us)
       << ", \"host_us_run\": " << json_number(r.host_run_us)
+      << ", \"host_us_prepared\": " << json_number(r.host_prepared_us)
       << ", \"gpu_md_flashmla_ms\": " << r.spec.flashmla_ms << ", \"gpu_md_triton_ms\": " << r.spec.triton_ms
       << ", \"TFLOPs\": " << (s > 0 ? r.spec.flops() / s * 1e-12 : 0)
       << ", \"GBps\": " << (s > 0 ? r.spec.bytes_moved() / s * 1e-9 : 0)
