@@ -14,7 +14,8 @@
 ///   MLAKIT_TRY(call.run(ws, stream));
 ///
 /// A call for new pointers (the next layer) is prepared again. The workspace passed to plan and run is still checked
-/// against the size (it is not part of the problem).
+/// against the size (it is not part of the problem), and a call on host memory is validated again at each plan and
+/// run: validation reads host arrays' contents (block tables, indices), which may have changed since prepare.
 
 #include <cstddef>
 #include <type_traits>

@@ -12,9 +12,15 @@
 namespace mlakit {
 namespace {
 
-Status check_made(const Backend* b) {
-  if (b != nullptr) return {};
-  return Status::invalid("prepared call: not made (call Registry::prepare or Backend::prepare first)");
+/// Before each plan or run: the call was made, and a call on host memory is validated again. validate() reads the
+/// contents of host arrays (block tables, seq_lens, indices: docs/spec.md sections 1, 2 and 9), which the caller may
+/// change after prepare, and the CPU reference trusts what it checked; device arrays it never reads, so for them the
+/// copy of the problem is all that was checked.
+template <typename Problem>
+Status check_made(const Backend* b, const Problem& p) {
+  if (b == nullptr) return Status::invalid("prepared call: not made (call Registry::prepare or Backend::prepare first)");
+  if (p.device().is_cpu()) return p.validate();
+  return {};
 }
 
 }  // namespace
@@ -54,7 +60,7 @@ template <typename Problem>
 Status Prepared<Problem>::plan(Workspace ws, Stream stream) const
   requires std::is_same_v<Problem, DecodeProblem>
 {
-  MLAKIT_TRY(check_made(backend_));
+  MLAKIT_TRY(check_made(backend_, problem_));
   MLAKIT_TRY(check_workspace(ws, workspace_bytes_));
   return backend_->do_plan_decode(problem_, ws, stream);
 }
@@ -63,7 +69,7 @@ template <typename Problem>
 Status Prepared<Problem>::run(Workspace ws, Stream stream) const
   requires kHasWorkspace<Problem>
 {
-  MLAKIT_TRY(check_made(backend_));
+  MLAKIT_TRY(check_made(backend_, problem_));
   MLAKIT_TRY(check_workspace(ws, workspace_bytes_));
   if constexpr (std::is_same_v<Problem, DecodeProblem>) {
     return backend_->do_run_decode(problem_, ws, stream);
@@ -76,7 +82,7 @@ template <typename Problem>
 Status Prepared<Problem>::run(Stream stream) const
   requires(!kHasWorkspace<Problem>)
 {
-  MLAKIT_TRY(check_made(backend_));
+  MLAKIT_TRY(check_made(backend_, problem_));
   if constexpr (std::is_same_v<Problem, PrefillProblem>) {
     return backend_->do_run_prefill(problem_, stream);
   } else if constexpr (std::is_same_v<Problem, MergeProblem>) {

@@ -175,6 +175,22 @@ TEST(Prepared, KeepsItsOwnCopyOfTheProblem) {
   EXPECT_TRUE(call.run(Workspace{ws.data(), ws.size()}, nullptr).ok());
 }
 
+// Host arrays are validated by content (block table ids, docs/spec.md section 1): a table changed after prepare must
+// be refused at plan and run, not read out of bounds by the reference.
+TEST(Prepared, HostContentsAreCheckedAgainWhenItRuns) {
+  const Registry r = make_default_registry();
+  test::DecodeCase c = make_case(64);
+  Prepared<DecodeProblem> call;
+  ASSERT_TRUE(r.prepare(c.problem(), {}, &call).ok());
+  c.block_table[0] = int32_t(c.num_pages) + 7;  // request 0 has no token, request 1 reads row 1 of the table
+  c.block_table[size_t(c.table_row_stride)] = int32_t(c.num_pages) + 7;
+  const Status why = c.problem().validate();
+  ASSERT_FALSE(why.ok());
+  std::vector<uint8_t> ws(call.workspace_bytes() + 1);
+  EXPECT_EQ(call.plan(Workspace{ws.data(), ws.size()}, nullptr).message(), why.message());
+  EXPECT_EQ(call.run(Workspace{ws.data(), ws.size()}, nullptr).message(), why.message());
+}
+
 TEST(Prepared, SparseDecodeOnTheReferenceMatchesRun) {
   const Registry r = make_default_registry();
   test::SparseCaseConfig cfg;
