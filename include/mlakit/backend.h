@@ -126,10 +126,11 @@ class Backend {
   /// prepare() for a problem already validated (Registry::prepare validates once for all the backends it asks).
   template <typename Problem>
   Status prepare_valid(const Problem& p, Prepared<Problem>* out) const;
-  /// Shared prelude of every public entry point: availability, validity and device type.
+  /// supports() for a problem already validated: device type, availability, then the backend's hook. Every public
+  /// entry point and prepare_valid go through it, so the problem-to-hook mapping is written once (backend.cpp).
   template <typename Problem>
-  Status check_common(const Problem& p) const;
-  /// check_common without the validation: the device type and availability.
+  Status supports_valid(const Problem& p) const;
+  /// The device type and availability.
   template <typename Problem>
   Status check_device(const Problem& p) const;
 };

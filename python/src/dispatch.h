@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "choose.h"
 #include "convert.h"
 #include "workspace.h"
 
@@ -44,9 +43,9 @@ SelectionInfo describe_selection(const Problem& p, nb::handle backend) {
 /// selection the message lists why each backend was passed over.
 template <typename Problem>
 const Backend& choose_backend(const Problem& p, nb::handle backend) {
-  const Backend* chosen = nullptr;
-  throw_if_failed(choose(registry(), p, preference_of(backend), &chosen));
-  return *chosen;
+  const Selection sel = registry().select(p, preference_of(backend));
+  throw_if_failed(sel.failure());
+  return *sel.backend;
 }
 
 /// `p` checked once and bound to the backend that will run it (Registry::prepare, include/mlakit/prepared.h); raises

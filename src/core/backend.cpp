@@ -1,5 +1,6 @@
 // The non-virtual half of Backend: every public entry point runs the same prelude (availability,
-// validate(), device type) before the backend's own hook, so no backend can be reached with a bad call.
+// validate(), device type) before the backend's own hook, so no backend can be reached with a bad call; prepare()
+// runs it once for a prepared call (prepared.h, whose plan and run are in prepared.cpp).
 
 #include "mlakit/backend.h"
 
@@ -25,12 +26,6 @@ Status Backend::not_implemented(OpKind op) const {
 }
 
 template <typename Problem>
-Status Backend::check_common(const Problem& p) const {
-  MLAKIT_TRY(p.validate());
-  return check_device(p);
-}
-
-template <typename Problem>
 Status Backend::check_device(const Problem& p) const {
   const Device dev = p.device();
   if (dev.type != device_type()) {
@@ -43,21 +38,16 @@ Status Backend::check_device(const Problem& p) const {
   return {};
 }
 
-// check_device for every problem type: prepared.cpp's Backend::prepare_valid calls it too.
-template Status Backend::check_device(const DecodeProblem&) const;
-template Status Backend::check_device(const SparseDecodeProblem&) const;
-template Status Backend::check_device(const PrefillProblem&) const;
-template Status Backend::check_device(const MergeProblem&) const;
-template Status Backend::check_device(const MergePairProblem&) const;
-template Status Backend::check_device(const AppendKvProblem&) const;
-template Status Backend::check_device(const RopeProblem&) const;
-template Status Backend::check_device(const GatherKvProblem&) const;
-
-// Each pair below: supports() = prelude + the backend's hook; run() = supports() + the backend's run hook.
-#define MLAKIT_DEFINE_SUPPORTS(Problem, hook)                 \
-  Status Backend::supports(const Problem& p) const {          \
-    MLAKIT_TRY(check_common(p));                              \
-    return hook(p);                                           \
+// Per problem type: supports_valid = device checks + the backend's hook; supports() = validate() + supports_valid.
+#define MLAKIT_DEFINE_SUPPORTS(Problem, hook)                  \
+  template <>                                                  \
+  Status Backend::supports_valid(const Problem& p) const {     \
+    MLAKIT_TRY(check_device(p));                               \
+    return hook(p);                                            \
+  }                                                            \
+  Status Backend::supports(const Problem& p) const {           \
+    MLAKIT_TRY(p.validate());                                  \
+    return supports_valid(p);                                  \
   }
 
 MLAKIT_DEFINE_SUPPORTS(DecodeProblem, do_supports_decode)
@@ -105,5 +95,36 @@ MLAKIT_DEFINE_RUN(AppendKvProblem, do_run_append_kv)
 MLAKIT_DEFINE_RUN(RopeProblem, do_run_rope)
 MLAKIT_DEFINE_RUN(GatherKvProblem, do_run_gather_kv)
 #undef MLAKIT_DEFINE_RUN
+
+// ---- prepared calls (prepared.h): the checks of supports() once, then a copy of the problem bound to this backend ----
+template <typename Problem>
+Status Backend::prepare_valid(const Problem& p, Prepared<Problem>* out) const {
+  *out = Prepared<Problem>{};
+  MLAKIT_TRY(supports_valid(p));
+  out->backend_ = this;
+  out->problem_ = p;
+  if constexpr (kHasWorkspace<Problem>) out->workspace_bytes_ = workspace_bytes(p);
+  return {};
+}
+
+template <typename Problem>
+Status Backend::prepare(const Problem& p, Prepared<Problem>* out) const {
+  *out = Prepared<Problem>{};
+  MLAKIT_TRY(p.validate());
+  return prepare_valid(p, out);
+}
+
+#define MLAKIT_INSTANTIATE_PREPARE(Problem)                                              \
+  template Status Backend::prepare(const Problem&, Prepared<Problem>*) const;          \
+  template Status Backend::prepare_valid(const Problem&, Prepared<Problem>*) const;
+MLAKIT_INSTANTIATE_PREPARE(DecodeProblem)
+MLAKIT_INSTANTIATE_PREPARE(SparseDecodeProblem)
+MLAKIT_INSTANTIATE_PREPARE(PrefillProblem)
+MLAKIT_INSTANTIATE_PREPARE(MergeProblem)
+MLAKIT_INSTANTIATE_PREPARE(MergePairProblem)
+MLAKIT_INSTANTIATE_PREPARE(AppendKvProblem)
+MLAKIT_INSTANTIATE_PREPARE(RopeProblem)
+MLAKIT_INSTANTIATE_PREPARE(GatherKvProblem)
+#undef MLAKIT_INSTANTIATE_PREPARE
 
 }  // namespace mlakit

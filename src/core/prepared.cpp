@@ -1,6 +1,6 @@
-// Prepared calls (include/mlakit/prepared.h): Backend::prepare runs supports()'s checks once and binds a copy of the
-// problem to the backend; Prepared's plan and run then call the backend's hooks directly, checking only the
-// workspace (which is not part of the problem).
+// Prepared calls (include/mlakit/prepared.h): Backend::prepare (backend.cpp) runs supports()'s checks once and binds a
+// copy of the problem to the backend; Prepared's plan and run, here, then call the backend's hooks directly, checking
+// only the workspace (which is not part of the problem) and, on host memory, the validation again.
 
 #include "mlakit/prepared.h"
 
@@ -24,37 +24,6 @@ Status check_made(const Backend* b, const Problem& p) {
 }
 
 }  // namespace
-
-template <typename Problem>
-Status Backend::prepare(const Problem& p, Prepared<Problem>* out) const {
-  MLAKIT_TRY(p.validate());
-  return prepare_valid(p, out);
-}
-
-// prepare_valid per problem type: the device checks, the backend's support hook, then the binding and the workspace
-// size (decode and sparse decode only).
-#define MLAKIT_DEFINE_PREPARE(Problem, supports_hook, workspace_expr)                         \
-  template <>                                                                                 \
-  Status Backend::prepare_valid(const Problem& p, Prepared<Problem>* out) const {             \
-    *out = Prepared<Problem>{};                                                               \
-    MLAKIT_TRY(check_device(p));                                                              \
-    MLAKIT_TRY(supports_hook(p));                                                             \
-    out->backend_ = this;                                                                     \
-    out->problem_ = p;                                                                        \
-    out->workspace_bytes_ = workspace_expr;                                                   \
-    return {};                                                                                \
-  }                                                                                           \
-  template Status Backend::prepare(const Problem&, Prepared<Problem>*) const;
-
-MLAKIT_DEFINE_PREPARE(DecodeProblem, do_supports_decode, do_workspace_bytes_decode(p))
-MLAKIT_DEFINE_PREPARE(SparseDecodeProblem, do_supports_sparse_decode, do_workspace_bytes_sparse_decode(p))
-MLAKIT_DEFINE_PREPARE(PrefillProblem, do_supports_prefill, 0)
-MLAKIT_DEFINE_PREPARE(MergeProblem, do_supports_merge, 0)
-MLAKIT_DEFINE_PREPARE(MergePairProblem, do_supports_merge_pair, 0)
-MLAKIT_DEFINE_PREPARE(AppendKvProblem, do_supports_append_kv, 0)
-MLAKIT_DEFINE_PREPARE(RopeProblem, do_supports_rope, 0)
-MLAKIT_DEFINE_PREPARE(GatherKvProblem, do_supports_gather_kv, 0)
-#undef MLAKIT_DEFINE_PREPARE
 
 template <typename Problem>
 Status Prepared<Problem>::plan(Workspace ws, Stream stream) const
