@@ -33,7 +33,8 @@ i=0
 for patch in "$@"; do
   i=$((i + 1))
   cp -a "$W/v0/." "$W/v$i/"
-  (cd "$W/v$i" && git apply "$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")") ||
+  abs=$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")  # resolved here: the apply runs in the variant's folder
+  (cd "$W/v$i" && git apply "$abs") ||
     { say "$patch does not apply to the base"; exit 1; }
   names+=("$(basename "$patch" .patch)")
 done
