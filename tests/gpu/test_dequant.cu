@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/smxx/dequant.cuh"
 #include "mlakit/numeric.h"
 #include "test_cache_util.h"
@@ -87,6 +88,24 @@ __global__ void unscaled_kernel(Mismatches* bf16_bad, Mismatches* fp16_bad) {
   check8(v, 1.0f, cuda::decode::e4m3x8_to<true>(in), cuda::decode::e4m3x8_to<false>(in), bf16_bad, fp16_bad);
 }
 
+/// fp8_ds_v4's bf16 route (e4m3x8_pow2_scaled_to_bf16) against the fp32 route, bit for bit: thread = one UE8M0 exponent
+/// (all 256, as the kernels decode them), all 256 codes.
+__global__ void pow2_kernel(Mismatches* bad) {
+  const uint32_t e = threadIdx.x;
+  const float s = cuda::ue8m0_to_float(e);
+  const __nv_bfloat162 s2 = __float2bfloat162_rn(s);
+  for (uint32_t v = 0; v < 32; ++v) {
+    const uint2 in = codes(v);
+    const uint4 got = cuda::decode::e4m3x8_pow2_scaled_to_bf16(in, s2);
+    const uint4 want = cuda::decode::e4m3x8_scaled_to<true>(in, s);
+    const uint32_t g[4] = {got.x, got.y, got.z, got.w}, w[4] = {want.x, want.y, want.z, want.w};
+    for (uint32_t k = 0; k < 8; ++k) {
+      const uint16_t gk = uint16_t(g[k / 2] >> (16 * (k % 2))), wk = uint16_t(w[k / 2] >> (16 * (k % 2)));
+      if (!same16(gk, wk, true)) report(bad, s, 8 * v + k);
+    }
+  }
+}
+
 /// The arithmetic e4m3 pair decoder (what devices below sm_89 run) over all 65,536 byte pairs, against numeric.h.
 __global__ void arith_pairs_kernel(Mismatches* bad) {
   const uint32_t v = blockIdx.x * blockDim.x + threadIdx.x;
@@ -131,6 +150,17 @@ TEST(Dequant, GroupScaledMatchesFp32ProductForEveryCodeAndScale) {
   const auto host = buf.download<Mismatches>(2);
   expect_none(host[0], "e4m3 x scale -> bf16");
   expect_none(host[1], "e4m3 x scale -> fp16");
+}
+
+TEST(Dequant, PowerOfTwoScaleInBf16MatchesTheFp32RouteForEveryCodeAndExponent) {
+  CACHE_TEST_REQUIRE_CUDA(cuda);
+  (void)cuda;
+  DeviceBuffer buf(sizeof(Mismatches));
+  CACHE_TEST_CUDA(cudaMemset(buf.get(), 0, sizeof(Mismatches)));
+  pow2_kernel<<<1, 256>>>(buf.as<Mismatches>());
+  CACHE_TEST_CUDA(cudaGetLastError());
+  CACHE_TEST_CUDA(cudaDeviceSynchronize());
+  expect_none(buf.download<Mismatches>(1)[0], "e4m3 x 2^(e - 127) in bf16");
 }
 
 TEST(Dequant, ArithmeticPairDecoderOfPreAdaDevicesMatchesForEveryPair) {

@@ -13,6 +13,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/// Brings the L2 line holding global address `p` into L2 (no destination, nothing to wait for). Per thread, unlike
+/// cp.async.bulk.prefetch, whose operands ptxas makes warp-uniform with a loop over the lanes' addresses.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+}
+
 /// 16-byte asynchronous global -> shared copy; src_bytes = 0 zero-fills the destination (and reads
 /// nothing), which is how rows past a request's length stay finite without touching poisoned memory.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {

@@ -155,6 +155,11 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
     if (int(g0 & 1) == me) issue_qk<kBf16, kDqk>(s, sm, g0, me, by_rows(0));
+    // Q is free for the next piece's copy as soon as this consumer's last Q K^T of the piece is done (below, in the
+    // branch of its last own tile), not only after the piece's last P V and epilogue: the producer copies the next
+    // Q meanwhile. A consumer that owns no tile of the piece gives it back now.
+    const bool owns_a_tile = n > 1 || int(g0 & 1) == me;
+    if (!owns_a_tile && lane == 0) mbar_arrive(sm.q_empty());
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -176,6 +181,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
         fence_registers(o);
         // Q K^T read the RoPE columns for the last time (V4 has no RoPE part: its columns are V's)
         if (Geometry<kDqk>::kRopePart && lane == 0) release(sm, st, kPartRope, peer);
+        if (j + 2 >= n && lane == 0) mbar_arrive(sm.q_empty());  // this consumer's last Q K^T of the piece is done
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -261,10 +267,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
-    if (lane == 0) {
-      release(sm, (g0 + n - 1) & 1, me, peer);  // the last tile's P V
-      mbar_arrive(sm.q_empty());                     // every Q K^T of this piece is done
-    }
+    if (lane == 0) release(sm, (g0 + n - 1) & 1, me, peer);  // the last tile's P V
 
     // ---- epilogue: total row sums over both consumers, then out (or a partial) and lse ----
 #pragma unroll

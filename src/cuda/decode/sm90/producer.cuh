@@ -52,26 +52,40 @@ __device__ __forceinline__ void load_part_rows(const DecodeParams& p, const int3
 }
 
 /// Sparse decode: the rows of a tile a producer thread copies, kGatherRows of them, 16 apart (row ptid / 8 + 16 k),
-/// so that 8 consecutive threads copy the 8 pieces of one 128-byte chunk of a row; their addresses are looked up
-/// once per tile (sparse_row_ref, null: zero-filled) by each thread for its own rows.
+/// so that 8 consecutive threads copy the 8 pieces of one 128-byte chunk of a row. A warp's 32 threads thus copy 16
+/// distinct rows, 8 threads each: lane l looks up one of them (row 4 w + l % 4 + 16 (l / 4) of warp w; lanes 16 - 31
+/// repeat lanes 0 - 15) and the others take its address by shuffle, so that the warp runs one lookup per tile
+/// instead of four (the lookup, an index load and 64-bit address arithmetic, was half of the producer's instructions
+/// on 16-bit sparse tiles).
 inline constexpr int kGatherRows = kBlockN * 8 / kWarpgroupThreads;  // 4
+static_assert(kGatherRows == 4 && kWarpgroupThreads / 32 * 4 * kGatherRows == kBlockN, "16 rows per warp, one per lane");
 struct GatherRows {
   const uint8_t* row[kGatherRows];
 };
 
 __device__ __forceinline__ GatherRows gather_rows(const DecodeParams& p, int32_t req, int64_t t0, int32_t main_len,
                                                   int32_t len, int ptid) {
-  GatherRows g;
+  const int lane = ptid % 32;
+  const int warp = ptid / 32;
+  const int mine = 4 * warp + lane % 4 + 16 * ((lane / 4) % kGatherRows);  // the row this lane looks up
+  const uint8_t* looked_up = nullptr;
   with_tile_id_set<true>(t0, kBlockN, main_len, len, [&](auto set) {
-#pragma unroll
-    for (int k = 0; k < kGatherRows; ++k) {
-      g.row[k] = sparse_row_ref<false, decltype(set)::value>(p, req, t0 + ptid / 8 + 16 * k, main_len, len).row;
-    }
+    looked_up = sparse_row_ref<false, decltype(set)::value>(p, req, t0 + mine, main_len, len).row;
   });
+  const auto bits = reinterpret_cast<uint64_t>(looked_up);
+  GatherRows g;
+#pragma unroll
+  for (int k = 0; k < kGatherRows; ++k) {
+    // Row ptid / 8 + 16 k = 4 warp + lane / 8 + 16 k was looked up by lane (lane / 8) + 4 k.
+    const int from = lane / 8 + 4 * k;
+    const uint32_t lo = __shfl_sync(0xffffffffu, uint32_t(bits), from);
+    const uint32_t hi = __shfl_sync(0xffffffffu, uint32_t(bits >> 32), from);
+    g.row[k] = reinterpret_cast<const uint8_t*>((uint64_t(hi) << 32) | lo);
+  }
   return g;
 }
 
-/// Sparse decode: copies `part` of a tile row by row with cp.async from the offsets of gather_rows.
+/// Sparse decode: copies `part` of a tile row by row with cp.async from the addresses of gather_rows.
 __device__ __forceinline__ void load_part_gathered(const DecodeParams& p, const GatherRows& rows, uint32_t stage,
                                                    int part, int ptid) {
   const int piece = ptid % 8;
@@ -110,27 +124,46 @@ __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUten
   }
 }
 
-/// Copies the 64 query rows of block `row_block` of request `req` (all producer threads).
+/// Query row m of request `req` (m < p.rows): its first byte in q.
+template <bool kSparse>
+__device__ __forceinline__ const uint8_t* q_row(const DecodeParams& p, int32_t req, int m) {
+  const int i = fast_div(m, p.h_q_div);
+  const int h = m - i * p.h_q;
+  const int64_t at = request_offset<kSparse>(p, req, p.q_stride_b, p.q_stride_s) + int64_t(i) * p.q_stride_s +
+                     int64_t(h) * p.q_stride_h;
+  return static_cast<const uint8_t*>(p.q) + at * 2;
+}
+
+/// Copies the 64 query rows of block `row_block` of request `req` (all producer threads): thread t takes the 16-byte
+/// piece t % 8 of every chunk of rows t / 8 + 16 k, as gather_rows does for KV rows, so that it finds 4 row addresses
+/// instead of one per copy. `t` passes through an empty asm first: otherwise ptxas hoists the per-copy offsets out
+/// of the tile loop, and with 72 registers it spilled them and reloaded them right when Q is awaited (2026-11-25).
 template <bool kSparse, int kDqk>
 __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int row_block, uint32_t dst, int ptid) {
-  constexpr int kPerRow = Geometry<kDqk>::kQkChunks * 8;  // 72 (V4: 64) pieces of 16 bytes
-  const uint8_t* q = static_cast<const uint8_t*>(p.q);
-  const uint8_t* q_req = q + request_offset<kSparse>(p, req, p.q_stride_b, p.q_stride_s) * 2;
-  for (int idx = ptid; idx < kRows * kPerRow; idx += kWarpgroupThreads) {
-    const int row = idx / kPerRow;
-    const int rest = idx - row * kPerRow;
-    const int chunk = rest / 8;
-    const int piece = rest % 8;
+  int t = ptid;
+  asm volatile("" : "+r"(t));
+  const int piece = t % 8;
+#pragma unroll
+  for (int k = 0; k < kRows / 16; ++k) {
+    const int row = t / 8 + 16 * k;
     const int m = row_block * kRows + row;
-    const uint8_t* src = q;
-    int bytes = 0;
-    if (m < p.rows) {
-      src = q_req + (int64_t(m / p.h_q) * p.q_stride_s + int64_t(m % p.h_q) * p.q_stride_h) * 2 + chunk * 128 +
-            piece * 16;
-      bytes = 16;
+    const bool valid = m < p.rows;
+    const uint8_t* src = valid ? q_row<kSparse>(p, req, m) + piece * 16 : static_cast<const uint8_t*>(p.q);
+#pragma unroll
+    for (int c = 0; c < Geometry<kDqk>::kQkChunks; ++c) {
+      cp_async_16(dst + c * kChunkBytes + swizzle128(uint32_t(row), uint32_t(piece)), src + (valid ? c * 128 : 0),
+                  valid ? 16 : 0);
     }
-    cp_async_16(dst + chunk * kChunkBytes + swizzle128(row, piece), src, bytes);
   }
+}
+
+/// Prefetches into L2 the query rows of block `row_block` of request `req` (one row per thread of the first 64), so
+/// that the Q copy of the next request waits on L2 rather than DRAM: that copy can start only once the last Q K^T of
+/// the request before it is done, and at 64 heads a sparse CTA starts a new request every 10 tiles.
+template <bool kSparse, int kDqk>
+__device__ __forceinline__ void prefetch_q(const DecodeParams& p, int32_t req, int row_block, int ptid) {
+  const int m = row_block * kRows + ptid;
+  if (ptid < kRows && req < p.batch && m < p.rows) bulk_prefetch_l2(q_row<kSparse>(p, req, m), kDqk * 2);
 }
 
 /// Loads the Q block of piece number `piece` of this CTA once the consumers released the previous one.
@@ -150,6 +183,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
   for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
+    prefetch_q<kSparse, kDqk>(p, pc.req + 1, row_block, ptid);  // the next piece's request, likely (harmless if not)
     const int32_t* table = kSparse ? nullptr : request_pages(p, pc.req);
     // Sparse: index columns [0, main_len) name main-cache rows, the rest extra-cache rows (main_len = len without one).
     const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;

@@ -9,11 +9,11 @@
 // Each producer thread takes two rows of a tile, ptid / 4 and ptid / 4 + 32 (in a CTA pair, config.h, only the one
 // of its CTA's half, the peer converting the other); the 4 threads of a row read 64 contiguous bytes per load
 // instruction (16 bytes each), so every 32-byte sector fetched is used whole. A row's
-// loads are all issued before the first is used, and the rows of the next tile are prefetched into L2 (one bulk
-// prefetch per row) while this one is converted: the registers then wait on L2, not on DRAM.
+// loads are all issued before the first is used, and the rows of the next tile are prefetched into L2 (each of a
+// row's threads prefetches some of its lines) while this one is converted: the registers then wait on L2, not DRAM.
 // A row that is not read (past the request's length, an invalid sparse id) is stored as zeros, never loaded.
 // fp8_ds_v4 rows (DeepSeek V4) keep their scales in the page's scale block, not in the row: the row lookup
-// (kv_row_ref) returns both addresses, and the L2 prefetch of the next tile covers only the 576-byte token blocks.
+// (kv_row_ref) returns both addresses, and the prefetch covers the token block and the scale block.
 //
 // What limits it (docs/performance.md): 72 registers per producer thread hold one pass of loads (two passes per
 // tile without a pair, each waited for before it is converted), and the conversions issue from the same 4 warps.
@@ -97,6 +97,12 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint
     if constexpr (kKind == KvKind::kE4M3) {
       put(j, 2 * q, e4m3x8_to<kBf16>(lo));
       put(j, 2 * q + 1, e4m3x8_to<kBf16>(hi));
+    } else if constexpr (kKind == KvKind::kDsV4 && kBf16) {
+      // A UE8M0 scale is a power of two: multiplied in bf16 (dequant.cuh), one instruction per pair fewer.
+      const float s = ue8m0_to_float(((j < 4 ? r.scales.x : r.scales.y) >> (8 * (j % 4))) & 0xffu);
+      const __nv_bfloat162 s2 = __float2bfloat162_rn(s);
+      put(j, 2 * q, e4m3x8_pow2_scaled_to_bf16(lo, s2));
+      put(j, 2 * q + 1, e4m3x8_pow2_scaled_to_bf16(hi, s2));
     } else {
       float s;
       if constexpr (kKind == KvKind::kDsMla) {
@@ -123,19 +129,30 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,
                                               int ptid, int peer) {
   static_assert(kFp8Passes == 2 && kFp8RowsPerPass == kPairRows, "a pair splits a tile by passes");
-  constexpr int kRowBytes = kv_kind_row_bytes(kKind, kDqk);  // fp8_ds_v4: the token block (its scales stay unfetched)
+  constexpr int kRowBytes = kv_kind_row_bytes(kKind, kDqk);  // fp8_ds_v4: the token block (scales: below)
   constexpr bool kScales = kKind == KvKind::kDsV4;
   constexpr int kUsedParts = Geometry<kDqk>::kParts;
   const int q = ptid % kFp8ThreadsPerRow;
   const int row0 = ptid / kFp8ThreadsPerRow;
   const int first_pass = peer >= 0 ? (peer ^ 1) : 0;  // a pair: this CTA's rank
   const int end_pass = peer >= 0 ? first_pass + 1 : kFp8Passes;
-  if (has_next && q == 0) {
+  if (has_next) {
+    // Each of a row's 4 threads prefetches every 4th of the 128-byte lines the row touches (counted from the line
+    // holding its first byte: a row may start anywhere in a line), and thread 0 its fp8_ds_v4 scale block, which lies
+    // apart in the page: its first use was the producer's largest stall in the V4 profile (docs/performance.md,
+    // 2026-11-25).
     for (int k = first_pass; k < end_pass; ++k) {
       const int64_t t = t0 + kBlockN + row0 + kFp8RowsPerPass * k;
       with_tile_id_set<kSparse>(t0 + kBlockN, kBlockN, main_len, len, [&](auto set) {
-        const RowRef next = kv_row_ref<kSparse, false, decltype(set)::value>(p, req, t, main_len, len);
-        if (next.row != nullptr) bulk_prefetch_l2(next.row, kRowBytes);
+        const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
+        if (next.row == nullptr) return;
+        const auto first = reinterpret_cast<uintptr_t>(next.row) & ~uintptr_t(127);
+        const int span = int(reinterpret_cast<uintptr_t>(next.row) - first) + kRowBytes;  // bytes from `first`
+#pragma unroll
+        for (int line = q; line * 128 < span; line += kFp8ThreadsPerRow) {
+          prefetch_l2(reinterpret_cast<const void*>(first + uintptr_t(line) * 128));
+        }
+        if (kScales && q == 0) prefetch_l2(next.scales);
       });
     }
   }

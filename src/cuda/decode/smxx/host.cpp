@@ -347,6 +347,7 @@ DecodeParams make_params(const DecodeProblem& p, Workspace ws, int64_t partition
   d.batch = int32_t(p.batch());
   d.s_q = int32_t(p.s_q());
   d.h_q = int32_t(p.h_q());
+  d.h_q_div = make_fast_div(d.h_q);
   d.rows = int32_t(query_rows(p));
   d.causal = p.causal;
   d.causal_limits = causal_limits(p, ws, w);
@@ -361,6 +362,7 @@ DecodeParams make_params(const SparseDecodeProblem& p, Workspace ws, int64_t par
   d.batch = int32_t(sparse_requests(p));
   d.s_q = 1;  // a request is one query token: its rows are the h_q heads
   d.h_q = int32_t(p.h_q());
+  d.h_q_div = make_fast_div(d.h_q);
   d.rows = int32_t(p.h_q());
   d.causal = false;  // docs/spec.md section 2: the top-k selection already respects causality
   d.indices = static_cast<const int32_t*>(p.indices.data);

@@ -122,6 +122,7 @@ struct DecodeParams {
   int32_t batch;             // plan requests: b (dense) or b * s_q (sparse)
   int32_t s_q, h_q;          // s_q = 1 in sparse decode, whose requests are single query tokens
   int32_t rows;              // s_q * h_q: query rows per request, row m = (i = m / h_q, h = m % h_q)
+  FastDiv h_q_div;           // divides a row by h_q (fast_div.h)
   bool causal;
   // Context shard with the causal rule (docs/spec.md section 11): keys [0, causal_limits[r * kMaxCausalRows + i])
   // of request r are visible to its query token i, written by the plan. Null: the unsharded rule len - s_q + i + 1.
