@@ -2,8 +2,9 @@
 # A/B of the Python layer on the GPU machine: builds the library once (this tree, CUDA, sm_90a) and the Python
 # module twice, from this tree's python/ and from BASE_REV's, then runs scripts/bench_torch.py with each package,
 # base / new / base / new, and prints the host-us and GPU-ms columns side by side. Then runs the new package's
-# pytest suite (torch CUDA tensors, graph capture, torch.compile). For changes confined to python/ (the bindings
-# and the package): it refuses a BASE_REV that differs from this tree anywhere else that is built.
+# pytest suite (torch CUDA tensors, graph capture, torch.compile). When BASE_REV differs from this tree only in
+# python/, the base module is compiled in the same build folder; otherwise BASE_REV is built whole in a second
+# folder, beside this tree's build (e.g. a change to the library's entry points that the bindings call).
 # BASE_REV = python-ops: no second module; the base side is this tree's package with MLAKIT_TORCH_OPS=python (the
 # operators defined in Python), the new side the same package with its C++ operators (mlakit/_torch_ops.so).
 # Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT or ./torch-ab-out)
@@ -20,27 +21,45 @@ S=$OUT_DIR/summary.txt
 t0=$(date +%s)
 say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
 
+whole_base=0
 if [ "$BASE_REV" != python-ops ] &&
   ! git -C "$ROOT" diff --quiet "$BASE_REV" -- src include cmake CMakeLists.txt python/CMakeLists.txt; then
-  say "$BASE_REV differs from this tree outside python/src and python/mlakit: use scripts/try-patch.sh or two builds"
-  exit 2
+  whole_base=1
 fi
 W=$(mktemp -d)
-trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=build --exclude=src_new . 2>/dev/null; rm -rf "$W"' EXIT
+trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude=build --exclude=build_base --exclude=src_new --exclude=base_src . \
+  2>/dev/null; rm -rf "$W"' EXIT
 B=$W/build
-cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a \
-  -DMLAKIT_NCCL=OFF -DMLAKIT_BUILD_TESTS=OFF -DMLAKIT_BUILD_TOOLS=OFF -DMLAKIT_BUILD_PYTHON=ON \
-  -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg.log" 2>&1 ||
-  { say "configure failed"; tail "$W/cfg.log"; exit 1; }
-# The package folder of one side: its python/mlakit sources plus the module just built.
-package() {
-  mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$B"/python/_native*.so "$W/pkg_$1/mlakit/" &&
-    if [ "$1" = new ] && [ -f "$B/python/_torch_ops.so" ]; then cp "$B/python/_torch_ops.so" "$W/pkg_$1/mlakit/"; fi
+configure() {  # source folder, build folder, log name
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90a \
+    -DMLAKIT_NCCL=OFF -DMLAKIT_BUILD_TESTS=OFF -DMLAKIT_BUILD_TOOLS=OFF -DMLAKIT_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v python3)" > "$W/cfg_$3.log" 2>&1 || { say "configure ($3) failed"; tail "$W/cfg_$3.log"; exit 1; }
 }
-ninja -C "$B" -j16 > "$W/build_new.log" 2>&1 || { say "build (new) failed"; tail -20 "$W/build_new.log"; exit 1; }
-package new "$ROOT/python/mlakit"
+# The package folder of one side: its python/mlakit sources plus the modules built in the given build folder.
+package() {
+  mkdir -p "$W/pkg_$1" && cp -r "$2" "$W/pkg_$1/" && cp "$3"/python/_native*.so "$W/pkg_$1/mlakit/" &&
+    if [ -f "$3/python/_torch_ops.so" ] && { [ "$1" = new ] || [ "$whole_base" = 1 ]; }; then
+      cp "$3/python/_torch_ops.so" "$W/pkg_$1/mlakit/"
+    fi
+}
+configure "$ROOT" "$B" new
+jobs=16
+if [ $whole_base = 1 ]; then  # both trees built at once, half the cores each
+  mkdir -p "$W/base_src" && git -C "$ROOT" archive "$BASE_REV" | tar x -C "$W/base_src" ||
+    { say "git archive $BASE_REV failed"; exit 1; }
+  configure "$W/base_src" "$W/build_base" base
+  jobs=8
+  (ninja -C "$W/build_base" -j$jobs > "$W/build_base.log" 2>&1; echo $? > "$W/rc_base") &
+fi
+ninja -C "$B" -j$jobs > "$W/build_new.log" 2>&1 || { say "build (new) failed"; tail -20 "$W/build_new.log"; exit 1; }
+wait
+package new "$ROOT/python/mlakit" "$B"
 base_env=()
-if [ "$BASE_REV" = python-ops ]; then
+if [ $whole_base = 1 ]; then
+  [ "$(cat "$W/rc_base")" = 0 ] || { say "build (base $BASE_REV) failed"; tail -20 "$W/build_base.log"; exit 1; }
+  package base "$W/base_src/python/mlakit" "$W/build_base"
+  say "built: new = this tree, base = $BASE_REV (a whole second build)"
+elif [ "$BASE_REV" = python-ops ]; then
   ln -s "$W/pkg_new" "$W/pkg_base"
   base_env=(MLAKIT_TORCH_OPS=python)
   say "built: new = this tree's C++ operators, base = the same package with MLAKIT_TORCH_OPS=python"
@@ -54,7 +73,7 @@ else
   base_rc=$?
   rm -rf "$ROOT/python/src" && cp -r "$W/src_new" "$ROOT/python/src"
   [ $base_rc = 0 ] || { say "build (base $BASE_REV) failed"; tail -20 "$W/build_base.log"; exit 1; }
-  package base "$W/base_py/python/mlakit"
+  package base "$W/base_py/python/mlakit" "$B"
   say "built: new = this tree, base = $BASE_REV"
 fi
 
