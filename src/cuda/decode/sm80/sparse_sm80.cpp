@@ -15,9 +15,6 @@ namespace {
 
 constexpr const char* kPath = "cuda sparse_decode";
 
-/// The portable sparse kernels serve DeepSeek V4 too (its geometry, fp8_ds_v4 and the extra cache) and max_logits.
-constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true, /*max_logits=*/true};
-
 decode::Sm80Variant variant_of(const SparseDecodeProblem& p) {
   return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true, p.kv.dims.v_whole_row};
 }
@@ -36,7 +33,7 @@ std::vector<Feature> sparse_decode_features() {
            "skipped; b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
 }
 
-Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath, kCaps); }
+Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath); }
 
 size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
   decode::Sm80Shape s;

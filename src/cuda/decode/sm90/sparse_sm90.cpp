@@ -17,8 +17,6 @@ namespace mlakit::cuda {
 namespace {
 
 constexpr const char* kPath = "cuda_sm90 sparse_decode";
-/// Both geometries (V4's: d_qk 512, V the whole row, fp8_ds_v4), the extra cache and max_logits, like the portable path.
-constexpr decode::SparseCaps kCaps{/*v4=*/true, /*extra=*/true, /*max_logits=*/true};
 
 }  // namespace
 
@@ -32,7 +30,7 @@ std::vector<Feature> sparse_decode_sm90_features() {
 }
 
 Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
-  MLAKIT_TRY(decode::check_sparse_common(p, kPath, kCaps));
+  MLAKIT_TRY(decode::check_sparse_common(p, kPath));
   return decode::sm90::check_fp8_rows(p.kv.format, p.h_q(), kPath);
 }
 

@@ -244,9 +244,9 @@ Status check_decode_common(const DecodeProblem& p, const char* path_name, bool s
   return {};
 }
 
-Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, SparseCaps caps) {
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name) {
   const std::string path = path_name;
-  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, caps.v4));
+  MLAKIT_TRY(check_q_kv_out(p.q, p.kv, p.out, path, /*v4=*/true));
   MLAKIT_TRY(refuse_split_cache(p.kv, "kv", path));
   MLAKIT_TRY(refuse_split_cache(p.extra_kv, "extra_kv", path));
   const auto on_device = [&](const TensorView& t, const char* name) -> Status {
@@ -259,11 +259,6 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, 
   MLAKIT_TRY(on_device(p.topk_length, "topk_length"));
   MLAKIT_TRY(on_device(p.attn_sink, "attn_sink"));
   if (p.has_extra()) {
-    if (!caps.extra) {
-      return Status::not_supported("extra_indices: " + path +
-                                   " does not implement the extra cache yet (the reference backend and the cuda "
-                                   "backend's sparse decode do)");
-    }
     MLAKIT_TRY(on_device(p.extra_indices, "extra_indices"));
     MLAKIT_TRY(on_device(p.extra_topk_length, "extra_topk_length"));
     MLAKIT_TRY(check_pages(p.extra_kv, "extra_kv", path));
@@ -277,14 +272,7 @@ Status check_sparse_common(const SparseDecodeProblem& p, const char* path_name, 
                                    "kv's (the same device pointer, or equal values)");
     }
   }
-  if (p.max_logits.defined()) {
-    if (!caps.max_logits) {
-      return Status::not_supported("max_logits: " + path +
-                                   " does not write it yet (the reference backend and the cuda backend's sparse "
-                                   "decode do)");
-    }
-    MLAKIT_TRY(on_device(p.max_logits, "max_logits"));
-  }
+  MLAKIT_TRY(on_device(p.max_logits, "max_logits"));
   if (sparse_requests(p) > INT32_MAX) {
     return Status::not_supported("b * s_q=" + std::to_string(sparse_requests(p)) + ": " + path +
                                  " schedules each query token as one request, at most " + std::to_string(INT32_MAX));

@@ -22,15 +22,9 @@ int64_t query_rows(const DecodeProblem& p);
 /// alignment of rows, block_table and seq_lens on the device); `path` names the path in messages. `split`: whether
 /// the path reads split caches (kv.k_pe).
 Status check_decode_common(const DecodeProblem& p, const char* path, bool split);
-/// What a sparse path serves beyond DeepSeek V3's geometry: V4's geometry (d_c 448, whole-row V, q bf16) with its
-/// fp8_ds_v4 format, the extra cache and max_logits. The portable path serves all three; the Hopper path max_logits.
-struct SparseCaps {
-  bool v4 = false;
-  bool extra = false;
-  bool max_logits = false;  // the optional max_logits output
-};
-/// The same for sparse decode: any page size, indices, topk_length and attn_sink on the device, and `caps`.
-Status check_sparse_common(const SparseDecodeProblem& p, const char* path, SparseCaps caps = {});
+/// The same for sparse decode, which every CUDA sparse path serves in both geometries (V3, and V4's with fp8_ds_v4
+/// and the extra cache): any page size, indices, topk_length, attn_sink and max_logits on the device.
+Status check_sparse_common(const SparseDecodeProblem& p, const char* path);
 /// d_qk of the kernels that serve `dims`: kDimQK (V3) or kDimQKV4 (checked by check_sparse_common).
 int kernel_dqk(const MlaDims& dims);
 /// Plan requests of sparse decode: every query token (b, i) is one, b x s_q.
