@@ -152,26 +152,27 @@ TEST(Dequant, GroupScaledMatchesFp32ProductForEveryCodeAndScale) {
   expect_none(host[1], "e4m3 x scale -> fp16");
 }
 
+/// Runs a checking kernel that counts into one zeroed Mismatches (launch(m) starts it) and expects none, naming `what`.
+template <typename Launch>
+void expect_kernel_finds_none(Launch launch, const char* what) {
+  DeviceBuffer buf(sizeof(Mismatches));
+  CACHE_TEST_CUDA(cudaMemset(buf.get(), 0, sizeof(Mismatches)));
+  launch(buf.as<Mismatches>());
+  CACHE_TEST_CUDA(cudaGetLastError());
+  CACHE_TEST_CUDA(cudaDeviceSynchronize());
+  expect_none(buf.download<Mismatches>(1)[0], what);
+}
+
 TEST(Dequant, PowerOfTwoScaleInBf16MatchesTheFp32RouteForEveryCodeAndExponent) {
   CACHE_TEST_REQUIRE_CUDA(cuda);
   (void)cuda;
-  DeviceBuffer buf(sizeof(Mismatches));
-  CACHE_TEST_CUDA(cudaMemset(buf.get(), 0, sizeof(Mismatches)));
-  pow2_kernel<<<1, 256>>>(buf.as<Mismatches>());
-  CACHE_TEST_CUDA(cudaGetLastError());
-  CACHE_TEST_CUDA(cudaDeviceSynchronize());
-  expect_none(buf.download<Mismatches>(1)[0], "e4m3 x 2^(e - 127) in bf16");
+  expect_kernel_finds_none([](Mismatches* m) { pow2_kernel<<<1, 256>>>(m); }, "e4m3 x 2^(e - 127) in bf16");
 }
 
 TEST(Dequant, ArithmeticPairDecoderOfPreAdaDevicesMatchesForEveryPair) {
   CACHE_TEST_REQUIRE_CUDA(cuda);
   (void)cuda;
-  DeviceBuffer buf(sizeof(Mismatches));
-  CACHE_TEST_CUDA(cudaMemset(buf.get(), 0, sizeof(Mismatches)));
-  arith_pairs_kernel<<<256, 256>>>(buf.as<Mismatches>());
-  CACHE_TEST_CUDA(cudaGetLastError());
-  CACHE_TEST_CUDA(cudaDeviceSynchronize());
-  expect_none(buf.download<Mismatches>(1)[0], "arithmetic e4m3x2 -> half2");
+  expect_kernel_finds_none([](Mismatches* m) { arith_pairs_kernel<<<256, 256>>>(m); }, "arithmetic e4m3x2 -> half2");
 }
 
 }  // namespace
