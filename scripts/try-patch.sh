@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One GPU run for a kernel experiment kept as a patch (docs/experiments/): builds this tree's CLI as the base and
 # the tree with the patch applied, A/Bs them (scripts/bench-ab.sh: bf16 anchors twice, fp8_ds_mla once, the sparse
-# anchors once per side, DeepSeek V4's sparse preset on the patched tree), then runs the patched tree's Hopper decode,
-# sparse, V4/extra-cache and sparse golden tests, the fuzzer, the sm_90a PTX wrapper tests and racecheck on four Hopper
-# decode cases and one V4 sparse case, in parallel. A summary (also $OUT_DIR/summary.txt) last.
+# anchors and the prefill anchors once per side, DeepSeek V4's sparse preset on the patched tree), then runs the
+# patched tree's Hopper decode, sparse, V4/extra-cache, sparse golden and prefill tests, the fuzzer, the sm_90a PTX
+# wrapper tests, racecheck on four Hopper decode cases and one V4 sparse case and synccheck on the Hopper prefill cases,
+# in parallel. A summary (also $OUT_DIR/summary.txt) last.
 # Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else ./try-patch-out)
 # Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER / TRY_EXTRA_FILTER /
 #   TRY_RACECHECK_FILTER / TRY_RACECHECK_V4_FILTER (gtest filters of the patched tree's decode, sparse, V4/extra and
-#   racecheck runs; default the Hopper cases), TRY_SKIP_TESTS=1,
+#   racecheck runs; default the Hopper cases), TRY_PREFILL_FILTER (gtest filter of the prefill tests, default all),
+#   TRY_SKIP_PREFILL_BENCH=1, TRY_SKIP_TESTS=1,
 #   TRY_BASE_SRC (a source tree to use as the base instead of `git archive HEAD`), TRY_AFTER (a command run last,
 #   with NEW_BUILD set to the patched tree's build folder, e.g. a scripts/profile.sh call), TRY_LIMIT_S (default 570: the
 #   tests' timeouts end the run by then, inside the device tool's 600 s). Expects .deps/googletest, as
@@ -43,7 +45,7 @@ cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_CUDA=ON -DMLAKIT_CUDA_ARCHS=90
   ninja -C "$W/base/build" -j6 mlakit_cli > "$W/base_build.log" 2>&1; echo $? > "$W/base_rc") &
 cmake -S "$W/new" -B "$W/new/build" "${cfg[@]}" -DMLAKIT_GTEST_SOURCE_DIR="$ROOT/.deps/googletest" > "$W/new_cfg.log" 2>&1
 ninja -C "$W/new/build" -j10 gpu_test_decode gpu_test_sparse_decode gpu_test_sparse_extra gpu_test_sparse_golden \
-  gpu_test_fuzz gpu_test_ptx_sm90 mlakit_cli \
+  gpu_test_fuzz gpu_test_ptx_sm90 gpu_test_prefill mlakit_cli \
   > "$W/new_build.log" 2>&1
 new_rc=$?
 wait
@@ -65,6 +67,14 @@ for side in base new; do
   "$cli" bench --mode sparse --preset anchors --backend "$BE" > "$W/sparse_$side.txt" 2>&1
   say "sparse $side rc=$? (rc 1 where a row is refused)"; grep -E "^(b=|prefill)" "$W/sparse_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
 done
+if [ "${TRY_SKIP_PREFILL_BENCH:-0}" != 1 ]; then  # issue 10's shapes, one run per side
+  for side in base new; do
+    cli=$W/base/build/tools/mlakit/mlakit
+    [ $side = new ] && cli=$NEW
+    "$cli" bench --mode prefill --preset anchors --backend "$BE" > "$W/prefill_$side.txt" 2>&1
+    say "prefill $side rc=$?"; grep -E "^[0-9]+ x \(" "$W/prefill_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
+  done
+fi
 # DeepSeek V4 (issue 13): the patched tree only, every CUDA path that serves it (the base may refuse these rows).
 "$NEW" bench --mode sparse --preset v4 > "$W/sparse_v4.txt" 2>&1
 say "sparse v4 (patched) rc=$?"; grep -E "^b=" "$W/sparse_v4.txt" | grep -v '\.\.\.$' | tee -a "$S"
@@ -92,17 +102,22 @@ job extra "$T/gpu_test_sparse_extra" \
 job golden "$T/gpu_test_sparse_golden"
 job fuzz "$T/gpu_test_fuzz"
 job ptx "$T/gpu_test_ptx_sm90"
+job prefill "$T/gpu_test_prefill" --gtest_filter="${TRY_PREFILL_FILTER:-*}"
 if command -v compute-sanitizer > /dev/null; then
   job racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_decode" \
     --gtest_filter="${TRY_RACECHECK_FILTER:-$P/cuda_sm90_bf16_P64_h128:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_bf16_P1_h9}"
   job racecheck_v4 compute-sanitizer --tool racecheck --error-exitcode 9 "$T/gpu_test_sparse_extra" \
     --gtest_filter="${TRY_RACECHECK_V4_FILTER:-Cuda/SparseExtra.MatchesReference/cuda_sm90_fp8_ds_v4_h64}"
+  # The Hopper prefill's barriers (ragged cases 24 - 47 are cuda_sm90's; the short-request and many-item cases)
+  job synccheck_prefill compute-sanitizer --tool synccheck --error-exitcode 9 "$T/gpu_test_prefill" \
+    --gtest_filter="Ragged/CudaPrefill.*/2[4-9]:Ragged/CudaPrefill.*/3?:Ragged/CudaPrefill.*/4?:Paths/CudaPrefillLong.Many*/1"
 else
   say "compute-sanitizer not found: racecheck not run"
   echo 1 > "$W/rc_racecheck"
 fi
 wait
-grep -hE "^\[  FAILED" "$W/decode.log" "$W/sparse.log" "$W/extra.log" "$W/golden.log" | head -20 | tee -a "$S"
+grep -hE "^\[  FAILED" "$W/decode.log" "$W/sparse.log" "$W/extra.log" "$W/golden.log" "$W/prefill.log" | head -20 |
+  tee -a "$S"
 failed=$(cat "$W"/rc_* | grep -cv '^0$')
 say "tests: $failed of $(ls "$W"/rc_* | wc -l) jobs failed"
 if [ -n "${TRY_AFTER:-}" ]; then

@@ -67,8 +67,9 @@ done
 python3 - "$W" "$n" "${TRY_ROUNDS:-2}" "${#sets[@]}" "${names[@]}" <<'PY' | tee -a "$S"
 import re, sys
 w, n, rounds, nsets, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
-# A result line: the shape (key=value words, "prefill", "causal"), the backend, then the time in ms.
-row = re.compile(r"^((?:prefill\s+)?(?:\S+=\S+\s+)+(?:causal\s+)?)(cuda\S*|reference)\s+([0-9]+\.[0-9]+)\s")
+# A result line: the shape (decode and sparse: key=value words; prefill: "N x (Lq q, Lk k) h=.. d=.."), the backend,
+# then the time in ms.
+row = re.compile(r"^(\S.*?)\s+(cuda\S*|reference)\s+([0-9]+\.[0-9]+)\s")
 times, order = {}, []
 for v in range(n):
     for k in range(nsets):
