@@ -8,7 +8,11 @@
 # BASE_REV = python-ops: no second module; the base side is this tree's package with MLAKIT_TORCH_OPS=python (the
 # operators defined in Python), the new side the same package with its C++ operators (mlakit/_torch_ops.so).
 # Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT or ./torch-ab-out)
-# Environment: TORCH_AB_SKIP_PYTEST=1. Needs torch, nanobind and numpy in python3 (the GPU machine has them).
+# Environment: TORCH_AB_SKIP_PYTEST=1; TORCH_AB_ROUNDS (base / new rounds, default 3: the host's time per call swings
+#   by up to 40% from one process to the next, docs/performance.md 2026-11-25, so the table prints every round and
+#   their median); TORCH_AB_CPUS (the CPUs both sides run on through taskset, default 2-5 where taskset exists and the
+#   machine has more than 6, so that neither side migrates across a different set of cores; "" for none).
+# Needs torch, nanobind and numpy in python3 (the GPU machine has them).
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,21 +81,26 @@ else
   say "built: new = this tree, base = $BASE_REV"
 fi
 
-for round in 1 2; do
+ROUNDS=${TORCH_AB_ROUNDS:-3}
+pin=()
+default_cpus=""
+command -v taskset > /dev/null && [ "$(nproc)" -gt 6 ] && default_cpus=2-5
+[ -n "${TORCH_AB_CPUS-$default_cpus}" ] && pin=(taskset -c "${TORCH_AB_CPUS-$default_cpus}")
+for round in $(seq 1 "$ROUNDS"); do
   for side in base new; do
-    env $([ $side = base ] && echo "${base_env[@]}") PYTHONPATH="$W/pkg_$side" python3 "$ROOT/scripts/bench_torch.py" \
+    env $([ $side = base ] && echo "${base_env[@]}") PYTHONPATH="$W/pkg_$side" "${pin[@]}" python3 "$ROOT/scripts/bench_torch.py" \
       --json "$W/${side}_$round.json" "$@" \
       > "$W/${side}_$round.txt" 2>&1 ||
       { say "bench_torch.py ($side, round $round) failed"; tail "$W/${side}_$round.txt"; }
   done
 done
-cp "$W"/*_[12].json "$OUT_DIR/" 2>/dev/null
-python3 - "$W" <<'EOF' | tee -a "$S"
-import json, sys
-w = sys.argv[1]
+cp "$W"/base_*.json "$W"/new_*.json "$OUT_DIR/" 2>/dev/null
+python3 - "$W" "$ROUNDS" <<'EOF' | tee -a "$S"
+import json, statistics, sys
+w, rounds = sys.argv[1], range(1, int(sys.argv[2]) + 1)
 runs = {}
 for side in ("base", "new"):
-    for r in (1, 2):
+    for r in rounds:
         try:
             rows = json.load(open(f"{w}/{side}_{r}.json"))
             runs[(side, r)] = {(x["shape"], x["call"].split(" (")[0]): x for x in rows}
@@ -99,13 +108,16 @@ for side in ("base", "new"):
             runs[(side, r)] = {}
 keys = list(runs[("new", 1)] or runs[("base", 1)])
 fmt = lambda v, p: "-" if v is None or v != v else f"{v:.{p}f}"
-print(f"{'shape':<34} {'call':<42} {'host us base':>15} {'host us new':>15} {'GPU ms base':>17} {'GPU ms new':>17}")
+def cell(k, side, field, p):  # "median (round 1 / round 2 / ...)"
+    vals = [runs[(side, r)].get(k, {}).get(field) for r in rounds]
+    ok = [v for v in vals if v is not None and v == v]
+    med = fmt(statistics.median(ok), p) if ok else "-"
+    return f"{med} ({' / '.join(fmt(v, p) for v in vals)})"
+print(f"{'shape':<34} {'call':<42} {'host us base':>24} {'host us new':>24} {'GPU ms base':>30} {'GPU ms new':>30}")
 for k in keys:
-    cells = []
-    for field, p in (("host_us", 1), ("gpu_ms", 4)):
-        for side in ("base", "new"):
-            cells.append(" / ".join(fmt(runs[(side, r)].get(k, {}).get(field), p) for r in (1, 2)))
-    print(f"{k[0]:<34.34} {k[1]:<42.42} {cells[0]:>15} {cells[1]:>15} {cells[2]:>17} {cells[3]:>17}")
+    cells = [cell(k, side, field, p) for field, p in (("host_us", 1), ("gpu_ms", 4)) for side in ("base", "new")]
+    print(f"{k[0]:<34.34} {k[1]:<42.42} {cells[0]:>24} {cells[1]:>24} {cells[2]:>30} {cells[3]:>30}")
+print("each cell: the median over the rounds, then every round in order")
 EOF
 
 if [ "${TORCH_AB_SKIP_PYTEST:-0}" != 1 ]; then
