@@ -61,20 +61,19 @@ say "bf16 A/B rc=$?"; cat "$W/ab_bf16.txt" | tee -a "$S"
 AB_ROUNDS=1 bash "$ROOT/scripts/bench-ab.sh" "$W/base" "$NEW" "$W/ab_fp8" --preset anchors --backend "$BE" \
   --kv-format fp8_ds_mla > "$W/ab_fp8.txt" 2>&1
 say "fp8_ds_mla A/B rc=$?"; grep -E "kv=|change" "$W/ab_fp8.txt" | tee -a "$S"
-for side in base new; do
-  cli=$W/base/build/tools/mlakit/mlakit
-  [ $side = new ] && cli=$NEW
-  "$cli" bench --mode sparse --preset anchors --backend "$BE" > "$W/sparse_$side.txt" 2>&1
-  say "sparse $side rc=$? (rc 1 where a row is refused)"; grep -E "^(b=|prefill)" "$W/sparse_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
-done
-if [ "${TRY_SKIP_PREFILL_BENCH:-0}" != 1 ]; then  # issue 10's shapes, one run per side
+# One anchors preset of `mlakit bench --mode MODE` on each side, its result rows (ROWS: their start) in the summary.
+bench_sides() {
+  local mode=$1 rows=$2 side cli
   for side in base new; do
     cli=$W/base/build/tools/mlakit/mlakit
-    [ $side = new ] && cli=$NEW
-    "$cli" bench --mode prefill --preset anchors --backend "$BE" > "$W/prefill_$side.txt" 2>&1
-    say "prefill $side rc=$?"; grep -E "^[0-9]+ x \(" "$W/prefill_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
+    [ "$side" = new ] && cli=$NEW
+    "$cli" bench --mode "$mode" --preset anchors --backend "$BE" > "$W/${mode}_$side.txt" 2>&1
+    say "$mode $side rc=$? (rc 1 where a row is refused)"
+    grep -E "$rows" "$W/${mode}_$side.txt" | grep -v '\.\.\.$' | tee -a "$S"
   done
-fi
+}
+bench_sides sparse "^(b=|prefill)"
+[ "${TRY_SKIP_PREFILL_BENCH:-0}" = 1 ] || bench_sides prefill "^[0-9]+ x \("  # issue 10's shapes
 # DeepSeek V4 (issue 13): the patched tree only, every CUDA path that serves it (the base may refuse these rows).
 "$NEW" bench --mode sparse --preset v4 > "$W/sparse_v4.txt" 2>&1
 say "sparse v4 (patched) rc=$?"; grep -E "^b=" "$W/sparse_v4.txt" | grep -v '\.\.\.$' | tee -a "$S"
