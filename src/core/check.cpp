@@ -192,6 +192,16 @@ Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, 
               "must equal " + std::string(what) + "=" + std::to_string(expected));
 }
 
+Status leading_dims(const TensorView& t, std::string_view name, const TensorView& ref, std::string_view ref_name,
+                    int n) {
+  for (int d = 0; d < n; ++d) {
+    if (t.shape[d] != ref.shape[d]) {
+      return dim(t, name, d, ref.shape[d], std::string(ref_name) + ".shape[" + std::to_string(d) + "]");
+    }
+  }
+  return {};
+}
+
 Status range(std::string_view fld, int64_t value, int64_t lo, int64_t hi, std::string_view note) {
   if (value >= lo && value <= hi) return {};
   std::string rule = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";

@@ -64,6 +64,9 @@ bool same_elements(const TensorView& a, const TensorView& b);
 
 /// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
 Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);
+/// t.shape[d] == ref.shape[d] for d < n, named as dim() names them ("out.shape[1]=3: must equal q.shape[1]=4"); the
+/// message is built only for a failure (validation runs once per call, and most calls pass).
+Status leading_dims(const TensorView& t, std::string_view name, const TensorView& ref, std::string_view ref_name, int n);
 /// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).
 Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, std::string_view note = {});
 /// Tensor lives on `device` (the device of the problem's first tensor, named `anchor`).

@@ -87,7 +87,7 @@ Status AppendKvProblem::validate() const {
   if (q_fp8.defined()) {
     if (!q.defined()) return check::fail("q", "missing", "is required when q_fp8 is given");
     MLAKIT_TRY(check::same_device(q_fp8, "q_fp8", dev, "kv_c"));
-    for (int i = 0; i < 3; ++i) MLAKIT_TRY(check::dim(q_fp8, "q_fp8", i, q.shape[i], "q.shape[" + std::to_string(i) + "]"));
+    MLAKIT_TRY(check::leading_dims(q_fp8, "q_fp8", q, "q", 3));
     if (q_scale == nullptr) MLAKIT_TRY(check::positive_finite("q_scale_value", q_scale_value, "used when q_scale is null"));
   }
   // Written: the cache, q when fused RoPE rotates it in place, q_fp8. q is otherwise only read (for q_fp8).

@@ -22,14 +22,14 @@ Status validate_decode_common(const TensorView& q, const KvCacheView& kv, const 
 
   MLAKIT_TRY(check::tensor(out, "out", {q.dtype}, 4, kOutLayout));
   MLAKIT_TRY(check::same_device(out, "out", dev, "q"));
-  for (int d = 0; d < 3; ++d) MLAKIT_TRY(check::dim(out, "out", d, q.shape[d], "q.shape[" + std::to_string(d) + "]"));
+  MLAKIT_TRY(check::leading_dims(out, "out", q, "q", 3));
   MLAKIT_TRY(check::dim(out, "out", 3, kv.dims.d_v(),
                         kv.dims.v_whole_row ? "d_v = d_c + d_r (kv.dims.v_whole_row)" : "d_v = d_c"));
 
   MLAKIT_TRY(check::optional_tensor(lse, "lse", {DType::kFP32}, 3, kLseLayout));
   MLAKIT_TRY(check::same_device(lse, "lse", dev, "q"));
   if (lse.defined()) {
-    for (int d = 0; d < 3; ++d) MLAKIT_TRY(check::dim(lse, "lse", d, q.shape[d], "q.shape[" + std::to_string(d) + "]"));
+    MLAKIT_TRY(check::leading_dims(lse, "lse", q, "q", 3));
   }
   return check::positive_finite("softmax_scale", softmax_scale, "there is no default: pass tau explicitly");
 }
@@ -160,9 +160,7 @@ Status SparseDecodeProblem::validate() const {
   MLAKIT_TRY(check::optional_tensor(max_logits, "max_logits", {DType::kFP32}, 3, kLseLayout));
   MLAKIT_TRY(check::same_device(max_logits, "max_logits", dev, "q"));
   if (max_logits.defined()) {
-    for (int d = 0; d < 3; ++d) {
-      MLAKIT_TRY(check::dim(max_logits, "max_logits", d, q.shape[d], "q.shape[" + std::to_string(d) + "]"));
-    }
+    MLAKIT_TRY(check::leading_dims(max_logits, "max_logits", q, "q", 3));
   }
   MLAKIT_TRY(check::no_alias({check::operand(out, "out"), check::operand(lse, "lse"),
                               check::operand(max_logits, "max_logits")},
