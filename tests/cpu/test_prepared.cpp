@@ -11,44 +11,14 @@
 #include <vector>
 
 #include "common/decode_case.h"
+#include "common/picky_backend.h"
 #include "mlakit/prepared.h"
 #include "mlakit/registry.h"
 
 namespace mlakit {
 namespace {
 
-/// A CPU backend that outranks the reference, counts how often it is asked and run, and wants a workspace.
-class CountingBackend final : public Backend {
- public:
-  struct Counts {
-    int supports = 0, plans = 0, runs = 0;
-  };
-  explicit CountingBackend(Counts* c) : c_(c) {}
-  std::string name() const override { return "counting"; }
-  std::string description() const override { return "test double: counts its hooks"; }
-  DeviceType device_type() const override { return DeviceType::kCPU; }
-  int priority() const override { return 5; }
-  std::vector<Feature> features() const override { return {{OpKind::kDecode, "P=16"}}; }
-
- protected:
-  Status do_supports_decode(const DecodeProblem& p) const override {
-    ++c_->supports;
-    if (p.kv.page_size() != 16) return Status::not_supported("page_size=" + std::to_string(p.kv.page_size()) + ": counting takes only 16");
-    return {};
-  }
-  size_t do_workspace_bytes_decode(const DecodeProblem&) const override { return 64; }
-  Status do_plan_decode(const DecodeProblem&, Workspace, Stream) const override {
-    ++c_->plans;
-    return {};
-  }
-  Status do_run_decode(const DecodeProblem&, Workspace, Stream) const override {
-    ++c_->runs;
-    return {};
-  }
-
- private:
-  Counts* c_;
-};
+using test::PickyBackend;
 
 test::DecodeCase make_case(int64_t page_size, uint64_t seed = 3) {
   test::DecodeCaseConfig cfg;
@@ -64,8 +34,8 @@ test::DecodeCase make_case(int64_t page_size, uint64_t seed = 3) {
 /// The default registry plus the counting backend, which then outranks the reference.
 class PreparedCounting : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(r.add(std::make_unique<CountingBackend>(&n)).ok()); }
-  CountingBackend::Counts n;
+  void SetUp() override { ASSERT_TRUE(r.add(std::make_unique<PickyBackend>("counting", &n)).ok()); }
+  PickyBackend::Counts n;
   Registry r = make_default_registry();
 };
 

@@ -7,39 +7,14 @@
 #include <memory>
 
 #include "common/decode_case.h"
+#include "common/picky_backend.h"
 #include "mlakit/registry.h"
 
 namespace mlakit {
 namespace {
 
 
-/// A CPU backend that outranks the reference and accepts only page size 16, to exercise selection.
-class PickyBackend final : public Backend {
- public:
-  explicit PickyBackend(int* runs) : runs_(runs) {}
-  std::string name() const override { return "picky"; }
-  std::string description() const override { return "test double: page_size 16 only"; }
-  DeviceType device_type() const override { return DeviceType::kCPU; }
-  int priority() const override { return 5; }
-  std::vector<Feature> features() const override { return {{OpKind::kDecode, "P=16"}}; }
-
- protected:
-  Status do_supports_decode(const DecodeProblem& p) const override {
-    if (p.kv.page_size() != 16) {
-      return Status::not_supported("page_size=" + std::to_string(p.kv.page_size()) + ": picky takes only 16");
-    }
-    return {};
-  }
-  size_t do_workspace_bytes_decode(const DecodeProblem&) const override { return 64; }
-  Status do_plan_decode(const DecodeProblem&, Workspace, Stream) const override { return {}; }
-  Status do_run_decode(const DecodeProblem&, Workspace, Stream) const override {
-    ++*runs_;
-    return {};
-  }
-
- private:
-  int* runs_;
-};
+using test::PickyBackend;
 
 test::DecodeCase make_case(int64_t page_size) {
   test::DecodeCaseConfig cfg;
@@ -49,9 +24,9 @@ test::DecodeCase make_case(int64_t page_size) {
   return test::DecodeCase::generate(cfg);
 }
 
-Registry registry_with_picky(int* runs) {
+Registry registry_with_picky(PickyBackend::Counts* n) {
   Registry r = make_default_registry();
-  EXPECT_TRUE(r.add(std::make_unique<PickyBackend>(runs)).ok());
+  EXPECT_TRUE(r.add(std::make_unique<PickyBackend>("picky", n)).ok());
   return r;
 }
 
@@ -65,15 +40,15 @@ TEST(Registry, DefaultHasReferenceFirstAmongCpuBackends) {
 }
 
 TEST(Registry, DuplicateNameRejected) {
-  int runs = 0;
-  Registry r = registry_with_picky(&runs);
-  const Status s = r.add(std::make_unique<PickyBackend>(&runs));
+  PickyBackend::Counts n;
+  Registry r = registry_with_picky(&n);
+  const Status s = r.add(std::make_unique<PickyBackend>("picky", &n));
   EXPECT_EQ(s.message(), "backend.name=picky: must be unique in the registry");
 }
 
 TEST(Registry, AutomaticPrefersHigherPriorityWhenSupported) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   test::DecodeCase c = make_case(16);
   const Selection sel = r.select(c.problem());
   ASSERT_NE(sel.backend, nullptr) << sel.explain();
@@ -89,8 +64,8 @@ TEST(Registry, AutomaticPrefersHigherPriorityWhenSupported) {
 }
 
 TEST(Registry, AutomaticFallsBackAndSaysWhy) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   test::DecodeCase c = make_case(64);
   const Selection sel = r.select(c.problem());
   ASSERT_NE(sel.backend, nullptr);
@@ -107,8 +82,8 @@ TEST(Registry, AutomaticFallsBackAndSaysWhy) {
 }
 
 TEST(Registry, NamedBackendIsNeverRerouted) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   test::DecodeCase c = make_case(64);
   const Selection sel = r.select(c.problem(), Preference{"picky"});
   EXPECT_EQ(sel.backend, nullptr);
@@ -126,8 +101,8 @@ TEST(Registry, UnknownNameListsKnownBackends) {
 }
 
 TEST(Registry, InvalidProblemReachesNoBackend) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   test::DecodeCase c = make_case(16);
   DecodeProblem p = c.problem();
   p.softmax_scale = -1.0f;
@@ -137,21 +112,21 @@ TEST(Registry, InvalidProblemReachesNoBackend) {
   EXPECT_EQ(sel.status.code(), StatusCode::kInvalidArgument);
   // The public run() validates too: a backend's hook is never reached with a bad call.
   EXPECT_FALSE(r.get("picky")->run(p, Workspace{}, nullptr).ok());
-  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(n.runs, 0);
 }
 
 TEST(Registry, WorkspaceTooSmallIsRefused) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   test::DecodeCase c = make_case(16);
   const Backend* b = r.get("picky");
   ASSERT_EQ(b->workspace_bytes(c.problem()), 64u);
   char ws[64];
   const Status s = b->run(c.problem(), Workspace{ws, 32}, nullptr);
   EXPECT_EQ(s.message(), "workspace.bytes=32: must be >= workspace_bytes(problem)=64");
-  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(n.runs, 0);
   EXPECT_TRUE(b->run(c.problem(), Workspace{ws, sizeof ws}, nullptr).ok());
-  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(n.runs, 1);
 }
 
 TEST(Registry, WrongDeviceIsExplained) {
@@ -182,8 +157,8 @@ TEST(Registry, NamedHopperBackendIsNeverRerouted) {
 }
 
 TEST(Registry, UnimplementedOperationSaysSo) {
-  int runs = 0;
-  const Registry r = registry_with_picky(&runs);
+  PickyBackend::Counts n;
+  const Registry r = registry_with_picky(&n);
   float parts[2] = {1, 2}, lses[2] = {0, 0}, out[1], lse[1];
   MergeProblem m;
   m.parts_out = TensorView::contiguous(parts, DType::kFP32, {2, 1, 1});
