@@ -19,6 +19,15 @@ template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
                             cudaStream_t stream, bool pdl);
 
+/// The compiled (bf16?, kv kind, sparse?, d_qk) kernels, one instantiations/*.cu file each; unavailable.cpp stubs
+/// the same list.
+#define MLAKIT_DECODE_SM90_KERNELS(X)                                                                              \
+  X(true, k16Bit, false, kDimQK) X(false, k16Bit, false, kDimQK) X(true, kE4M3, false, kDimQK)                       \
+  X(false, kE4M3, false, kDimQK) X(true, kDsMla, false, kDimQK) X(false, kDsMla, false, kDimQK)                      \
+  X(true, k16Bit, true, kDimQK) X(false, k16Bit, true, kDimQK) X(true, kE4M3, true, kDimQK)                          \
+  X(false, kE4M3, true, kDimQK) X(true, kDsMla, true, kDimQK) X(false, kDsMla, true, kDimQK)                         \
+  X(true, k16Bit, true, kDimQKV4) X(true, kE4M3, true, kDimQKV4) X(true, kDsV4, true, kDimQKV4)
+
 /// Ok when this build holds the kernels' sm_90a code and the current device can run it.
 Status kernels_loadable();
 

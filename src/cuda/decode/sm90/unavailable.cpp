@@ -11,21 +11,7 @@ Status launch_decode_kernel(const DecodeParams&, const CUtensorMap&, bool, int, 
 #define MLAKIT_SM90_STUB(bf16, kind, sparse, dqk)                                                          \
   template Status launch_decode_kernel<bf16, KvKind::kind, sparse, dqk>(const DecodeParams&, const CUtensorMap&, \
                                                                          bool, int, cudaStream_t, bool);
-MLAKIT_SM90_STUB(true, k16Bit, false, kDimQK)
-MLAKIT_SM90_STUB(false, k16Bit, false, kDimQK)
-MLAKIT_SM90_STUB(true, kE4M3, false, kDimQK)
-MLAKIT_SM90_STUB(false, kE4M3, false, kDimQK)
-MLAKIT_SM90_STUB(true, kDsMla, false, kDimQK)
-MLAKIT_SM90_STUB(false, kDsMla, false, kDimQK)
-MLAKIT_SM90_STUB(true, k16Bit, true, kDimQK)
-MLAKIT_SM90_STUB(false, k16Bit, true, kDimQK)
-MLAKIT_SM90_STUB(true, kE4M3, true, kDimQK)
-MLAKIT_SM90_STUB(false, kE4M3, true, kDimQK)
-MLAKIT_SM90_STUB(true, kDsMla, true, kDimQK)
-MLAKIT_SM90_STUB(false, kDsMla, true, kDimQK)
-MLAKIT_SM90_STUB(true, k16Bit, true, kDimQKV4)
-MLAKIT_SM90_STUB(true, kE4M3, true, kDimQKV4)
-MLAKIT_SM90_STUB(true, kDsV4, true, kDimQKV4)
+MLAKIT_DECODE_SM90_KERNELS(MLAKIT_SM90_STUB)
 #undef MLAKIT_SM90_STUB
 
 Status kernels_loadable() {
