@@ -4,6 +4,7 @@
 
 #include "mlakit/backend.h"
 
+#include "core/problem_types.h"
 #include "core/workspace_check.h"
 
 namespace mlakit {
@@ -117,14 +118,7 @@ Status Backend::prepare(const Problem& p, Prepared<Problem>* out) const {
 #define MLAKIT_INSTANTIATE_PREPARE(Problem)                                              \
   template Status Backend::prepare(const Problem&, Prepared<Problem>*) const;          \
   template Status Backend::prepare_valid(const Problem&, Prepared<Problem>*) const;
-MLAKIT_INSTANTIATE_PREPARE(DecodeProblem)
-MLAKIT_INSTANTIATE_PREPARE(SparseDecodeProblem)
-MLAKIT_INSTANTIATE_PREPARE(PrefillProblem)
-MLAKIT_INSTANTIATE_PREPARE(MergeProblem)
-MLAKIT_INSTANTIATE_PREPARE(MergePairProblem)
-MLAKIT_INSTANTIATE_PREPARE(AppendKvProblem)
-MLAKIT_INSTANTIATE_PREPARE(RopeProblem)
-MLAKIT_INSTANTIATE_PREPARE(GatherKvProblem)
+MLAKIT_PROBLEM_TYPES(MLAKIT_INSTANTIATE_PREPARE)
 #undef MLAKIT_INSTANTIATE_PREPARE
 
 }  // namespace mlakit

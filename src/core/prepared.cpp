@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "core/problem_types.h"
 #include "core/workspace_check.h"
 #include "mlakit/backend.h"
 
@@ -69,13 +70,8 @@ Status Prepared<Problem>::run(Stream stream) const
 }
 
 // The explicit instantiations define the members whose constraints hold for each type.
-template class Prepared<DecodeProblem>;
-template class Prepared<SparseDecodeProblem>;
-template class Prepared<PrefillProblem>;
-template class Prepared<MergeProblem>;
-template class Prepared<MergePairProblem>;
-template class Prepared<AppendKvProblem>;
-template class Prepared<RopeProblem>;
-template class Prepared<GatherKvProblem>;
+#define MLAKIT_INSTANTIATE_PREPARED(Problem) template class Prepared<Problem>;
+MLAKIT_PROBLEM_TYPES(MLAKIT_INSTANTIATE_PREPARED)
+#undef MLAKIT_INSTANTIATE_PREPARED
 
 }  // namespace mlakit

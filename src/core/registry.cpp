@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "core/problem_types.h"
+
 namespace mlakit {
 
 Status Registry::add(std::unique_ptr<Backend> backend) {
@@ -70,14 +72,9 @@ Selection Registry::select(const Problem& problem, const Preference& preference)
   return sel;
 }
 
-template Selection Registry::select(const DecodeProblem&, const Preference&) const;
-template Selection Registry::select(const SparseDecodeProblem&, const Preference&) const;
-template Selection Registry::select(const PrefillProblem&, const Preference&) const;
-template Selection Registry::select(const MergeProblem&, const Preference&) const;
-template Selection Registry::select(const MergePairProblem&, const Preference&) const;
-template Selection Registry::select(const AppendKvProblem&, const Preference&) const;
-template Selection Registry::select(const RopeProblem&, const Preference&) const;
-template Selection Registry::select(const GatherKvProblem&, const Preference&) const;
+#define MLAKIT_INSTANTIATE_SELECT(Problem) template Selection Registry::select(const Problem&, const Preference&) const;
+MLAKIT_PROBLEM_TYPES(MLAKIT_INSTANTIATE_SELECT)
+#undef MLAKIT_INSTANTIATE_SELECT
 
 Status Selection::failure() const {
   if (backend != nullptr) return {};
@@ -103,14 +100,10 @@ Status Registry::prepare(const Problem& problem, const Preference& preference, P
   return select(problem, preference).failure();
 }
 
-template Status Registry::prepare(const DecodeProblem&, const Preference&, Prepared<DecodeProblem>*) const;
-template Status Registry::prepare(const SparseDecodeProblem&, const Preference&, Prepared<SparseDecodeProblem>*) const;
-template Status Registry::prepare(const PrefillProblem&, const Preference&, Prepared<PrefillProblem>*) const;
-template Status Registry::prepare(const MergeProblem&, const Preference&, Prepared<MergeProblem>*) const;
-template Status Registry::prepare(const MergePairProblem&, const Preference&, Prepared<MergePairProblem>*) const;
-template Status Registry::prepare(const AppendKvProblem&, const Preference&, Prepared<AppendKvProblem>*) const;
-template Status Registry::prepare(const RopeProblem&, const Preference&, Prepared<RopeProblem>*) const;
-template Status Registry::prepare(const GatherKvProblem&, const Preference&, Prepared<GatherKvProblem>*) const;
+#define MLAKIT_INSTANTIATE_PREPARE(Problem) \
+  template Status Registry::prepare(const Problem&, const Preference&, Prepared<Problem>*) const;
+MLAKIT_PROBLEM_TYPES(MLAKIT_INSTANTIATE_PREPARE)
+#undef MLAKIT_INSTANTIATE_PREPARE
 
 std::string Selection::explain() const {
   std::string s = backend ? "chosen: " + backend->name() + "\n" : "chosen: none (" + status.to_string() + ")\n";
