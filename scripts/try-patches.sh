@@ -69,8 +69,8 @@ import re, sys
 w, n, rounds, nsets, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 # A result line: the shape (decode and sparse: key=value words; prefill: "N x (Lq q, Lk k) h=.. d=.."), the backend,
 # then the time in ms.
-row = re.compile(r"^(\S.*?)\s+(cuda\S*|reference)\s+([0-9]+\.[0-9]+)\s")
-times, order = {}, []
+row = re.compile(r"^(\S.*?)\s+(cuda\S*|reference)\s+([0-9]+\.[0-9]+)\s+([0-9]+\.[0-9]+)")
+times, hosts, order = {}, {}, []
 for v in range(n):
     for k in range(nsets):
         for r in range(1, rounds + 1):
@@ -81,17 +81,20 @@ for v in range(n):
                 key = (" ".join(m.group(1).split()), m.group(2))
                 if key not in times:
                     times[key] = [[] for _ in range(n)]
+                    hosts[key] = [[] for _ in range(n)]
                     order.append(key)
                 times[key][v].append(float(m.group(3)))
+                hosts[key][v].append(float(m.group(4)))
 mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
 width = max((len(s) for s, _ in order), default=10)
-print(f"{'shape':<{width}} {'backend':<10} " + " ".join(f"{nm[:22]:>22}" for nm in names))
+print(f"{'shape':<{width}} {'backend':<10} " + " ".join(f"{nm[:30]:>30}" for nm in names))
 for key in order:
     base = mean(times[key][0])
-    cells = [f"{base:22.4f}"]
+    cells = [f"{base:.4f} / {mean(hosts[key][0]):.1f} us".rjust(30)]
     for v in range(1, n):
         t = mean(times[key][v])
-        cells.append(f"{t:10.4f} ({(t / base - 1) * 100:+6.1f}%)".rjust(22))
+        cells.append(f"{t:.4f} ({(t / base - 1) * 100:+6.1f}%) / {mean(hosts[key][v]):.1f} us".rjust(30))
     print(f"{key[0]:<{width}} {key[1]:<10} " + " ".join(cells))
-print(f"ms: mean over {rounds} rounds of each bench's median; change against the base (git archive HEAD or TRY_BASE_SRC)")
+print(f"GPU ms: mean over {rounds} rounds of each bench's median, change against the base (git archive HEAD or "
+      "TRY_BASE_SRC); host us per call: mean over the rounds")
 PY
