@@ -294,6 +294,34 @@ TEST_P(SparseEdges, SplitRequestWithSink) {
   }
 }
 
+// Uniform lengths over about as many query tokens as CTAs, or a multiple of them: the whole-request schedule
+// (smxx/host.h's sparse_schedule: no plan kernel, no split, no combine), where the kernel's own epilogue applies the
+// sink. On an H100 (132 SMs): 64 x 2 tokens at 64 heads, one request per partition on either path; 395 x 2 at 16
+// heads, six per partition on the Hopper path and three on the portable one (two CTAs per SM there), the last
+// partition short on both; 131 x 1 at 128 heads, two per partition of 66, the last short, in CTA pairs on the Hopper
+// path.
+TEST_P(SparseEdges, WholeRequestScheduleWithSink) {
+  SPARSE_BACKEND_OR_SKIP(be, GetParam());
+  struct Shape {
+    int64_t batch, s_q, h_q;
+  };
+  for (const Shape& sh : {Shape{64, 2, 64}, Shape{395, 2, 16}, Shape{131, 1, 128}}) {
+    SparseCaseConfig cfg;
+    cfg.batch = sh.batch;
+    cfg.s_q = sh.s_q;
+    cfg.h_q = sh.h_q;
+    cfg.topk = 40;
+    cfg.num_pages = 12;
+    cfg.page_size = 64;
+    cfg.format = sh.h_q < 17 ? KvFormat::kBF16 : edge_formats(*be).front();  // the Hopper path's fp8 rule
+    std::mt19937_64 rng(37 + uint64_t(sh.h_q));
+    cfg.attn_sink = random_sinks(rng, sh.h_q);
+    cfg.seed = 37 + uint64_t(sh.h_q);
+    SparseCase c = SparseCase::generate(cfg);
+    run_and_check(c, *be, true);
+  }
+}
+
 // Padded page stride (pages larger than P rows): rows are located with the page stride, not P * row_bytes.
 TEST_P(SparseEdges, PaddedPageStride) {
   SPARSE_BACKEND_OR_SKIP(be, GetParam());

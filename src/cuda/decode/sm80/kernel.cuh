@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
   if constexpr (kKind == KvKind::kE4M3) kv_scale = p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
   const float scale_log2 = p.softmax_scale * kv_scale * kLog2e;
 
-  const PartitionStart pstart = p.plan_partitions[part];
-  const PartitionStart pend = p.plan_partitions[part + 1];
+  PartitionStart pstart, pend;
+  partition_bounds(p, part, &pstart, &pend);
 
   const uint32_t q_base = smem_addr(q_smem);
   const uint32_t raw_base = smem_addr(raw_smem);
@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 #pragma unroll
       for (int w = 0; w < kW; ++w) l_tot[k] += group_x[w * kRowsPerGroup + gid + 8 * k];
 
-    const RequestPlan rp = p.plan_requests[r];
+    const RequestPlan rp = request_plan(p, r, part);
     const bool direct = rp.num_splits <= 1;
     const int64_t slot = int64_t(rp.split_base) + (part - rp.first_partition);
 #pragma unroll

@@ -45,8 +45,8 @@ Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stre
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
-  MLAKIT_TRY(decode::launch_plan_for(p, ws, s.partitions, decode::kTileShift, cs, s.pdl));
-  const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);
+  decode::DecodeParams d;
+  MLAKIT_TRY(decode::sparse_schedule(p, ws, s.partitions, decode::kTileShift, cs, s.pdl, &d));
   return decode::launch_sm80(d, variant_of(p), s, cs);
 }
 

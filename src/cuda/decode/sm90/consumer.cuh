@@ -277,7 +277,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       if (tig == 0) sm.row_sum(me)[rloc[k]] = l[k];
     }
     consumer_barrier(kBarRowSum, kConsumerThreads);
-    const RequestPlan rp = p.plan_requests[pc.req];
+    const RequestPlan rp = request_plan(p, pc.req, partition);
     const bool direct = rp.num_splits <= 1;
     const int64_t slot = int64_t(rp.split_base) + (partition - rp.first_partition);
 #pragma unroll

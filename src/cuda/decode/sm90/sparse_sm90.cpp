@@ -44,8 +44,8 @@ Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream
   int64_t g = 0;
   MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), &g));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  MLAKIT_TRY(decode::launch_plan_for(p, ws, g, decode::sm90::kTileShift, s, true));
-  const decode::DecodeParams d = decode::make_params(p, ws, g);
+  decode::DecodeParams d;
+  MLAKIT_TRY(decode::sparse_schedule(p, ws, g, decode::sm90::kTileShift, s, true, &d));
   const CUtensorMap unused{};
   return decode::sm90::launch_sm90(d, p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/true,
                                    p.kv.dims.v_whole_row, unused, false, p.h_q(), s);

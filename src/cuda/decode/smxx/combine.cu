@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
 }  // namespace
 
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
+  if (p.whole_requests > 0) return {};  // nothing was split: the decode kernel wrote every row
   // Which kernel: the split counts live on the device, but a request spans about partitions / requests + 1 of them on
   // average, so up to 8 partitions per request the few-split kernel's loop stays short (a skewed batch can still give
   // one request many: the few-split kernel then serves it with a longer loop; correct either way).

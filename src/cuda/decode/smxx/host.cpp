@@ -401,4 +401,20 @@ Status launch_plan_for(const SparseDecodeProblem& p, Workspace ws, int64_t parti
                           tile_shift, stream, pdl);
 }
 
+Status sparse_schedule(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,
+                       cudaStream_t stream, bool pdl, DecodeParams* d) {
+  const int64_t requests = sparse_requests(p);
+  const bool uniform = !p.topk_length.defined() && !p.extra_topk_length.defined();
+  const int64_t k = (requests + partitions - 1) / partitions;  // requests per partition when none is split
+  if (uniform && requests > 0 && k * partitions * 100 <= requests * 105) {
+    MLAKIT_TRY(check_workspace_alignment(ws));
+    *d = make_params(p, ws, (requests + k - 1) / k);
+    d->whole_requests = int32_t(k);
+    return {};
+  }
+  MLAKIT_TRY(launch_plan_for(p, ws, partitions, tile_shift, stream, pdl));
+  *d = make_params(p, ws, partitions);
+  return {};
+}
+
 }  // namespace mlakit::cuda::decode

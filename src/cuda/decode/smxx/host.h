@@ -52,5 +52,11 @@ Status launch_plan_for(const DecodeProblem& p, Workspace ws, int64_t partitions,
                        bool pdl);
 Status launch_plan_for(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,
                        cudaStream_t stream, bool pdl);
+/// Sparse decode's schedule and kernel parameters: when every request has the same number of index columns (no
+/// topk_length, no extra_topk_length) and whole requests keep `partitions` CTAs within 5% as busy as an even split
+/// would, the whole-request schedule (params.h: no plan kernel, no split, no combine; one launch instead of three);
+/// else the device plan (launched here). `partitions` is the most the path's grid takes.
+Status sparse_schedule(const SparseDecodeProblem& p, Workspace ws, int64_t partitions, int tile_shift,
+                       cudaStream_t stream, bool pdl, DecodeParams* d);
 
 }  // namespace mlakit::cuda::decode

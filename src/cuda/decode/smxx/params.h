@@ -148,6 +148,9 @@ struct DecodeParams {
   float* max_logits;
   int64_t max_logits_stride_b, max_logits_stride_s, max_logits_stride_h;
   int32_t partitions;        // G
+  // > 0: the whole-request schedule (sparse decode with uniform lengths, host.h's sparse_schedule): partition g takes
+  // requests [g k, g k + k) whole, k = whole_requests; no plan kernel ran, nothing is split, no combine follows.
+  int32_t whole_requests;
   const PartitionStart* plan_partitions;
   const RequestPlan* plan_requests;
   float* part_lse;           // [max_slots, rows]

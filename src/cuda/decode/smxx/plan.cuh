@@ -151,6 +151,27 @@ __device__ inline RowRef kv_row_ref(const DecodeParams& p, int32_t r, int64_t t,
   }
 }
 
+/// Where partition `part` starts and ends ((request, tile), the end exclusive): from the device plan, or, under the
+/// whole-request schedule (params.h), requests [part k, part k + k) from their first tile.
+__device__ __forceinline__ void partition_bounds(const DecodeParams& p, int part, PartitionStart* start,
+                                                 PartitionStart* end) {
+  if (p.whole_requests > 0) {
+    const int64_t r0 = int64_t(part) * p.whole_requests;
+    *start = PartitionStart{int32_t(min(r0, int64_t(p.batch))), 0};
+    *end = PartitionStart{int32_t(min(r0 + p.whole_requests, int64_t(p.batch))), 0};
+    return;
+  }
+  *start = p.plan_partitions[part];
+  *end = p.plan_partitions[part + 1];
+}
+
+/// How request r's rows leave partition `part`: the device plan's record, or, under the whole-request schedule,
+/// straight to out (one split).
+__device__ __forceinline__ RequestPlan request_plan(const DecodeParams& p, int32_t r, int part) {
+  if (p.whole_requests > 0) return RequestPlan{part, 1, 0, 0};
+  return p.plan_requests[r];
+}
+
 /// Calls f(std::integral_constant<IdSet, s>{}) with the IdSet s of a tile (tile_id_set; kMainOnly in dense decode), so
 /// that the code inside is compiled once per side and the choice, uniform across the CTA, is made once per tile.
 template <bool kSparse, typename F>
@@ -200,8 +221,8 @@ struct Piece {
 /// 2^tile_shift tokens. Every role of a kernel walks the same pieces, so they agree on the tile sequence.
 template <bool kSparse, typename F>
 __device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, int tile_shift, F&& f) {
-  const PartitionStart pstart = p.plan_partitions[part];
-  const PartitionStart pend = p.plan_partitions[part + 1];
+  PartitionStart pstart, pend;
+  partition_bounds(p, part, &pstart, &pend);
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
     const int32_t len = request_len<kSparse>(p.lens, r);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
