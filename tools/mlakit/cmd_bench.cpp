@@ -57,6 +57,7 @@ struct Row {
   bool skipped = false;  // a path of a multi-path run that does not implement this shape
   double median_ms = 0, min_ms = 0;
   double plan_ms = 0;  // plan alone, median (it is also inside median_ms)
+  double run_ms = 0;   // run alone after a plan, median: a layer's time where one plan serves every layer of a step
   double host_us = 0;  // host time per plan + run call, enqueued back to back (host_us_per_call)
   double host_plan_us = -1, host_run_us = -1;  // the same for plan alone and run alone (the JSON's split; -1: none)
   double host_prepared_us = -1;  // a one-shot call as the bindings make it: Registry::prepare + plan + run (JSON only)
@@ -75,7 +76,7 @@ std::vector<Preference> cuda_paths(const Registry& registry, const Preference& f
 
 Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& pref, DeviceMemory* mem, int64_t iters,
             bool skip_unsupported) {
-  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, -1, -1, -1, {}};
+  Row row{spec, pref.backend.empty() ? "-" : pref.backend, {}, false, 0, 0, 0, 0, 0, -1, -1, -1, {}};
   std::unique_ptr<DecodeWorkload> w;
   row.status = DecodeWorkload::create(spec, mem, kSeed, &w);
   if (!row.status.ok()) return row;
@@ -103,24 +104,28 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
     row.status = w->check_sample(*registry.get("reference"), &row.check);
     if (!row.status.ok()) return row;
   }
-  std::vector<double> times, plan_times;
+  std::vector<double> times, plan_times, run_times;
   const auto plan_only = [&]() { return be.plan(w->problem(), workspace, mem->stream()); };
+  const auto run_only = [&]() { return be.run(w->problem(), workspace, mem->stream()); };
   for (int64_t i = 0; i < iters; ++i) {
-    double ms = 0, plan_ms = 0;
+    double ms = 0, plan_ms = 0, run_ms = 0;
     row.status = mem->flush_cache();
     if (row.status.ok()) row.status = mem->time_ms(step, &ms);
-    if (row.status.ok()) row.status = mem->time_ms(plan_only, &plan_ms);
+    if (row.status.ok()) row.status = mem->time_ms(plan_only, &plan_ms);  // the plan that the run below reuses
+    if (row.status.ok()) row.status = mem->flush_cache();
+    if (row.status.ok()) row.status = mem->time_ms(run_only, &run_ms);
     if (!row.status.ok()) return row;
     times.push_back(ms);
     plan_times.push_back(plan_ms);
+    run_times.push_back(run_ms);
   }
   row.median_ms = median(times);
   row.min_ms = *std::min_element(times.begin(), times.end());
   row.plan_ms = median(plan_times);
+  row.run_ms = median(run_times);
   row.status = host_us_per_call(mem, step, int(iters), &row.host_us);
   if (!row.status.ok()) return row;
   // The split is extra information: a failure to time it leaves -1 (JSON null) and the row's own figures stand.
-  const auto run_only = [&]() { return be.run(w->problem(), workspace, mem->stream()); };
   if (!host_us_per_call(mem, plan_only, int(iters), &row.host_plan_us).ok()) row.host_plan_us = -1;
   if (!host_us_per_call(mem, run_only, int(iters), &row.host_run_us).ok()) row.host_run_us = -1;
   const auto one_shot = [&]() -> Status {
@@ -149,7 +154,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << kv_format_name(r.spec.format) << "\", \"causal\": " << (r.spec.causal ? "true" : "false")
       << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
       << ", \"skipped\": " << (r.skipped ? "true" : "false")
-      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
+      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms << ", \"run_ms\": " << r.run_ms
       << ", \"host_us_per_call\": " << r.host_us << ", \"host_us_plan\": " << json_number(r.host_plan_us)
       << ", \"host_us_run\": " << json_number(r.host_run_us)
       << ", \"host_us_prepared\": " << json_number(r.host_prepared_us)
@@ -191,7 +196,7 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
 
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
               version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
-  std::printf("%-44s %-9s %9s %8s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "host us", "plan us",
+  std::printf("%-44s %-9s %9s %8s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "host us", "run ms",
               "TFLOP/s", "%peak", "GB/s", "%copy", "xFlash", "xTriton", "max err", "check");
   int failures = 0;
   for (const Row& r : rows) {
@@ -212,12 +217,13 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
     const std::string err = r.backend == "reference" ? "-" : std::to_string(r.check.max_abs_err).substr(0, 9);
     // Speed-up over the anchor H100 times of the same bf16 shape ("-" where there is none).
     const auto ratio = [&](double theirs) { return theirs > 0 ? std::to_string(theirs / r.median_ms).substr(0, 4) : "-"; };
-    std::printf("%-44s %-9s %9.4f %8.1f %8.1f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
-                r.backend.c_str(), r.median_ms, r.host_us, r.plan_ms * 1e3, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
+    std::printf("%-44s %-9s %9.4f %8.1f %8.4f %9.3f %5.1f%% %8.1f %5.1f%% %7s %7s %10s %s\n", r.spec.describe().c_str(),
+                r.backend.c_str(), r.median_ms, r.host_us, r.run_ms, tflops, 100 * tflops / kGemmCeilingTFlops, gbs,
                 100 * gbs / kCopyCeilingGBs, ratio(r.spec.flashmla_ms).c_str(), ratio(r.spec.triton_ms).c_str(),
                 err.c_str(), check.c_str());
   }
-  std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them)\n",
+  std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them)\n"
+              "run ms: run alone after a plan (cache flushed), a layer's GPU time where one plan serves a whole step\n",
               static_cast<long long>(iters));
   double launch_us = -1;  // -1: not measured (JSON null)
   if (!on_cpu) {
