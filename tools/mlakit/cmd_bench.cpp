@@ -222,7 +222,8 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
                 100 * gbs / kCopyCeilingGBs, ratio(r.spec.flashmla_ms).c_str(), ratio(r.spec.triton_ms).c_str(),
                 err.c_str(), check.c_str());
   }
-  std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them)\n"
+  std::printf("host us: CPU time per plan + run call, %lld calls enqueued back to back (no sync between them), the\n"
+              "median of 3 such batches\n"
               "run ms: run alone after a plan (cache flushed), a layer's GPU time where one plan serves a whole step\n",
               static_cast<long long>(iters));
   double launch_us = -1;  // -1: not measured (JSON null)
@@ -289,7 +290,7 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
                   r.median_ms, r.host_us, spec.flops() / sec * 1e-12, spec.bytes_moved() / sec * 1e-9, x.c_str(), err.c_str(), check.c_str());
     }
   }
-  std::printf("host us: CPU time per call, calls enqueued back to back (no sync between them)\n");
+  std::printf("host us: CPU time per call, calls enqueued back to back (no sync between them), median of 3 batches\n");
   std::printf("TFLOP/s: b*s_q*h_q*(topk+extra)*2*(d_qk+d_v) FLOPs (576+512; V4: 512+512); GB/s: indexed rows + q + "
               "out;\nxFlash: FlashMLA's sparse decode on the H100 (issues 9 and 13) over ours (> 1 means faster than it)\n");
   if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");

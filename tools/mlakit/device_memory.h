@@ -92,7 +92,7 @@ inline double median(std::vector<double> v) {
 /// Host microseconds per call of `call` (issue 11): `calls` calls enqueued back to back with no synchronisation
 /// between them, timed by the host's steady clock; the device is synchronised afterwards (by time_ms), outside
 /// the measurement. On a GPU this is the CPU cost an engine pays per call in eager mode.
-inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us) {
+inline Status host_us_one_batch(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us) {
   double host_us = 0;
   double device_ms = 0;
   MLAKIT_TRY(mem->time_ms(
@@ -104,6 +104,15 @@ inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>&
       },
       &device_ms));
   *us = host_us / calls;
+  return {};
+}
+
+/// host_us_one_batch three times, the median: a GPU machine's host swung by up to 40% between single batches
+/// (docs/performance.md, 2026-11-25), which one slow batch would put into the row.
+inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us) {
+  std::vector<double> batches(3);
+  for (double& b : batches) MLAKIT_TRY(host_us_one_batch(mem, call, calls, &b));
+  *us = median(batches);
   return {};
 }
 
