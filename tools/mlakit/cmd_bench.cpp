@@ -154,7 +154,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const std
       << kv_format_name(r.spec.format) << "\", \"causal\": " << (r.spec.causal ? "true" : "false")
       << ", \"backend\": \"" << r.backend << "\", \"ok\": " << (r.status.ok() ? "true" : "false")
       << ", \"skipped\": " << (r.skipped ? "true" : "false")
-      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms << ", \"run_ms\": " << r.run_ms
+      << ", \"median_ms\": " << r.median_ms << ", \"min_ms\": " << r.min_ms << ", \"plan_ms\": " << r.plan_ms
+      << ", \"run_ms\": " << r.run_ms
       << ", \"host_us_per_call\": " << r.host_us << ", \"host_us_plan\": " << json_number(r.host_plan_us)
       << ", \"host_us_run\": " << json_number(r.host_run_us)
       << ", \"host_us_prepared\": " << json_number(r.host_prepared_us)
