@@ -117,10 +117,7 @@ class CudaMemory final : public DeviceMemory {
     const void* kernel = reinterpret_cast<const void*>(empty_kernel);
     const auto launch = [&]() { return check(cudaLaunchKernelExC(&cfg, kernel, nullptr), "cudaLaunchKernelEx(empty)"); };
     MLAKIT_TRY(launch());  // the first launch loads the module
-    std::vector<double> batches(5);
-    for (double& b : batches) MLAKIT_TRY(host_us_one_batch(this, launch, 200, &b));
-    *us = median(batches);
-    return {};
+    return host_us_per_call(this, launch, 200, us, 5);
   }
 
  private:

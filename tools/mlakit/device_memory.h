@@ -107,10 +107,11 @@ inline Status host_us_one_batch(DeviceMemory* mem, const std::function<Status()>
   return {};
 }
 
-/// host_us_one_batch three times, the median: a GPU machine's host swung by up to 40% between single batches
+/// host_us_one_batch `batches` times, the median: a GPU machine's host swung by up to 40% between single batches
 /// (docs/performance.md, 2026-11-25), which one slow batch would put into the row.
-inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us) {
-  std::vector<double> batches(3);
+inline Status host_us_per_call(DeviceMemory* mem, const std::function<Status()>& call, int calls, double* us,
+                               int batches_of_calls = 3) {
+  std::vector<double> batches(static_cast<size_t>(batches_of_calls));
   for (double& b : batches) MLAKIT_TRY(host_us_one_batch(mem, call, calls, &b));
   *us = median(batches);
   return {};
