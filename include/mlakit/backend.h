@@ -54,7 +54,9 @@ class Backend {
   Status supports(const DecodeProblem& p) const;
   /// Scratch bytes for `p` (sized by p's batch; a workspace for the largest batch serves smaller ones).
   size_t workspace_bytes(const DecodeProblem& p) const;
-  /// Computes the split-KV schedule from seq_lens on the device into `ws`. One plan serves every layer.
+  /// Computes the split-KV schedule from seq_lens on the device into `ws`. One plan serves every layer. (The CUDA
+  /// backends plan inside the decode kernel itself for batches up to 4096 requests: their plan then launches nothing,
+  /// and run reads seq_lens afresh each call; calling plan first stays the contract.)
   Status plan(const DecodeProblem& p, Workspace ws, Stream stream) const;
   /// Runs decode with the schedule that `plan` left in `ws`.
   Status run(const DecodeProblem& p, Workspace ws, Stream stream) const;

@@ -355,6 +355,25 @@ TEST_P(DecodeEdges, Batch4096WithEmptySlots) {
   run_and_check(c, true, be);
 }
 
+// Past kCtaPlanMaxRequests (smxx/config.h) the plan kernel cuts the batch instead of the decode CTAs: both schedules
+// must agree with the reference, including the partial slots of the requests they split (a few long requests
+// among short ones, so that partitions start inside them).
+TEST_P(DecodeEdges, LargeBatchThroughThePlanKernel) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  std::mt19937_64 rng(71);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens.resize(4500);
+  std::uniform_int_distribution<int32_t> dist(0, 60);
+  for (auto& l : cfg.seq_lens) l = rng() % 500 == 0 ? 3000 : dist(rng);
+  cfg.h_q = 16;
+  cfg.s_q = 1;
+  cfg.page_size = 64;
+  cfg.seed = 71;
+  DecodeCase c = DecodeCase::generate(cfg);
+  run_and_check(c, true, be);
+}
+
 // More requests than partitions: every CTA walks several pieces, so tile ownership and the pipeline's
 // barrier phases carry over from request to request (the Hopper path alternates owners across pieces).
 TEST_P(DecodeEdges, ManyRequestsPerCta) {

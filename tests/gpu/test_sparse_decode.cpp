@@ -322,6 +322,28 @@ TEST_P(SparseEdges, WholeRequestScheduleWithSink) {
   }
 }
 
+// topk_length over more query tokens than kCtaPlanMaxRequests (smxx/config.h): the plan kernel schedules them, not
+// the decode CTAs, and splits the requests its partitions start inside (through the combine, with the sink).
+TEST_P(SparseEdges, RaggedBatchThroughThePlanKernel) {
+  SPARSE_BACKEND_OR_SKIP(be, GetParam());
+  SparseCaseConfig cfg;
+  cfg.batch = 2100;
+  cfg.s_q = 2;
+  cfg.h_q = 3;
+  cfg.topk = 150;
+  cfg.num_pages = 16;
+  cfg.page_size = 64;
+  cfg.format = KvFormat::kBF16;  // 3 heads: every path's 16-bit rows
+  std::mt19937_64 rng(73);
+  cfg.attn_sink = random_sinks(rng, cfg.h_q);
+  std::uniform_int_distribution<int32_t> dist(0, 150);
+  cfg.topk_length.resize(size_t(cfg.batch));
+  for (auto& l : cfg.topk_length) l = dist(rng);
+  cfg.seed = 73;
+  SparseCase c = SparseCase::generate(cfg);
+  run_and_check(c, *be, true);
+}
+
 // Padded page stride (pages larger than P rows): rows are located with the page stride, not P * row_bytes.
 TEST_P(SparseEdges, PaddedPageStride) {
   SPARSE_BACKEND_OR_SKIP(be, GetParam());

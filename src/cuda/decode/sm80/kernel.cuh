@@ -34,6 +34,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
+#include "cuda/decode/smxx/cta_plan.cuh"
 #include "cuda/decode/smxx/dequant.cuh"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
@@ -161,8 +162,8 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
   if constexpr (kKind == KvKind::kE4M3) kv_scale = p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
   const float scale_log2 = p.softmax_scale * kv_scale * kLog2e;
 
-  PartitionStart pstart, pend;
-  partition_bounds(p, part, &pstart, &pend);
+  const PartitionBounds* bounds = partition_bounds<kSparse, kThreads>(p, part, kTileShift, row_block == 0);
+  const PartitionStart pstart = bounds->start, pend = bounds->end;
 
   const uint32_t q_base = smem_addr(q_smem);
   const uint32_t raw_base = smem_addr(raw_smem);
@@ -445,9 +446,9 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 #pragma unroll
       for (int w = 0; w < kW; ++w) l_tot[k] += group_x[w * kRowsPerGroup + gid + 8 * k];
 
-    const RequestPlan rp = request_plan(p, r, part);
-    const bool direct = rp.num_splits <= 1;
-    const int64_t slot = int64_t(rp.split_base) + (part - rp.first_partition);
+    // Split or whole, and the split's slot, as for_each_piece (plan.cuh) tells the Hopper consumers.
+    const bool direct = t_begin == 0 && t_end == tiles;
+    const int64_t slot = 2 * int64_t(part) + (r == pstart.req ? 0 : 1);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int m = row_block * kRows + rg * kRowsPerGroup + gid + 8 * k;

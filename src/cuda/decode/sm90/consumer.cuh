@@ -108,8 +108,9 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
 }
 
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
-__device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm, int partition,
-                                             int row_block, int me, int peer) {
+__device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm,
+                                             const PartitionBounds& bounds, int partition, int row_block, int me,
+                                             int peer) {
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
   const int warp = ctid / 32;
   const int lane = ctid % 32;
@@ -129,7 +130,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
   uint32_t g0 = 0;  // tiles of this CTA before the current piece
   uint32_t piece = 0;
 
-  for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
+  for_each_piece<kSparse>(p, bounds, partition, kTileShift, [&](const Piece& pc) {
     const int32_t n = pc.n_tiles;
     const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;  // sparse: main cache's columns
     const int64_t kv_hi = min(int64_t(pc.t_begin + n) * kBlockN, int64_t(pc.len));
@@ -277,9 +278,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
       if (tig == 0) sm.row_sum(me)[rloc[k]] = l[k];
     }
     consumer_barrier(kBarRowSum, kConsumerThreads);
-    const RequestPlan rp = request_plan(p, pc.req, partition);
-    const bool direct = rp.num_splits <= 1;
-    const int64_t slot = int64_t(rp.split_base) + (partition - rp.first_partition);
+    const bool direct = pc.slot < 0;
+    const int64_t slot = pc.slot;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int mrow = row_block * kRows + rloc[k];

@@ -13,13 +13,15 @@
 #include "cuda/decode/sm90/consumer.cuh"
 #include "cuda/decode/sm90/producer.cuh"
 #include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/smxx/cta_plan.cuh"
 #include "cuda/decode/smxx/params.h"
 
 namespace mlakit::cuda::decode::sm90 {
 
 /// Dynamic shared memory to request: the layout plus slack to align its base to 1024 bytes.
 inline constexpr int kSmemAlloc = SmemLayout::total + 1024;
-static_assert(kSmemAlloc <= 227 * 1024);
+// The plan's static shared memory (cta_plan.cuh) comes on top of the dynamic allocation; 16 bytes of its alignment.
+static_assert(kSmemAlloc + kCtaPlanSmemBytes<kThreads> + 16 <= 227 * 1024, "a Hopper block may opt into 227 KB");
 
 /// Grid: (row blocks of 64 query rows, plan partitions); kPair: in clusters of two along the row blocks (CTA pairs,
 /// config.h: fp8 caches with an even number of row blocks). `kv_map` describes the cache for TMA when
@@ -32,7 +34,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kPair || kKind != KvKind::k16Bit, "CTA pairs share converted fp8 tiles only");
   static_assert(kDqk == kDimQK || kSparse, "V4's geometry is served for sparse decode only");
   static_assert((kKind == KvKind::kDsV4) <= (kDqk == kDimQKV4), "fp8_ds_v4 holds V4 rows only");
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // 16-byte aligned only, the base padded to 1024 below (kSmemAlloc has the slack): declared with 1024, it made the
+  // compiler pad the plan's static shared memory to 1024 bytes, past the 227 KB a block may have.
+  extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t pad = (1024u - raw % 1024u) % 1024u;
   const Smem sm{smem_raw + pad, raw + pad};
@@ -55,14 +59,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (peer >= 0) cluster_sync();  // the peer's barriers exist before anything arrives on them
   pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
+  const PartitionBounds* bounds = partition_bounds<kSparse, kThreads>(p, int(blockIdx.y), kTileShift, blockIdx.x == 0);
 
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer<kBf16, kKind, kSparse, kDqk>(p, &kv_map, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), peer);
+    run_producer<kBf16, kKind, kSparse, kDqk>(p, &kv_map, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x),
+                                              peer);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, int(blockIdx.y), int(blockIdx.x), wg, peer);
+    run_consumer<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), wg,
+                                              peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
   if (peer >= 0) cluster_sync();

@@ -178,11 +178,12 @@ __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& s
 /// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1.
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
-                                             const Smem& sm, int partition, int row_block, int peer) {
+                                             const Smem& sm, const PartitionBounds& bounds, int partition,
+                                             int row_block, int peer) {
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
-  for_each_piece<kSparse>(p, partition, kTileShift, [&](const Piece& pc) {
+  for_each_piece<kSparse>(p, bounds, partition, kTileShift, [&](const Piece& pc) {
     prefetch_q<kSparse, kDqk>(p, pc.req + 1, row_block, ptid);  // the next piece's request, likely (harmless if not)
     const int32_t* table = kSparse ? nullptr : request_pages(p, pc.req);
     // Sparse: index columns [0, main_len) name main-cache rows, the rest extra-cache rows (main_len = len without one).

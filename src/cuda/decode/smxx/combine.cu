@@ -22,15 +22,16 @@ constexpr int kColsPerCta = kWarpSize * kColsPerLane;            // 128 columns 
 constexpr int kColChunks = kDimV / kColsPerCta;                  // 4 CTAs per output row (many-split kernel)
 static_assert(kColChunks * kColsPerCta == kDimV);
 
-/// The merged LSE of row m of a request split n ways from slot `base` (docs/spec.md section 6), computed by one
+/// The merged LSE of row m of a request split n ways (its slots: split_slot) (docs/spec.md section 6), computed by one
 /// warp: every lane ends with it. `empty`: every part saw no key (lse = -inf, out = 0).
-__device__ __forceinline__ float merged_lse(const DecodeParams& p, int64_t base, int n, int m, int lane, bool* empty) {
+__device__ __forceinline__ float merged_lse(const DecodeParams& p, const RequestPlan& rp, int n, int m, int lane,
+                                            bool* empty) {
   float mx = -INFINITY;
-  for (int s = lane; s < n; s += kWarpSize) mx = fmaxf(mx, p.part_lse[(base + s) * p.rows + m]);
+  for (int s = lane; s < n; s += kWarpSize) mx = fmaxf(mx, p.part_lse[split_slot(rp, s) * p.rows + m]);
   for (int d = 1; d < kWarpSize; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
   const float m_use = mx == -INFINITY ? 0.0f : mx;  // every part empty: the sum below is 0
   float sum = 0.0f;
-  for (int s = lane; s < n; s += kWarpSize) sum += expf(p.part_lse[(base + s) * p.rows + m] - m_use);
+  for (int s = lane; s < n; s += kWarpSize) sum += expf(p.part_lse[split_slot(rp, s) * p.rows + m] - m_use);
   for (int d = 1; d < kWarpSize; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
   *empty = !(sum > 0.0f);
   return *empty ? -INFINITY : m_use + logf(sum);
@@ -65,10 +66,10 @@ __device__ __forceinline__ void store_row_stats(const DecodeParams& p, int r, in
 }
 
 /// The largest partial max logit of row m (sparse decode's max_logits), reduced over the warp; -inf without it.
-__device__ __forceinline__ float merged_max(const DecodeParams& p, int64_t base, int n, int m, int lane) {
+__device__ __forceinline__ float merged_max(const DecodeParams& p, const RequestPlan& rp, int n, int m, int lane) {
   float ml = -INFINITY;
   if (p.max_logits == nullptr) return ml;
-  for (int s = lane; s < n; s += kWarpSize) ml = fmaxf(ml, p.part_max[(base + s) * p.rows + m]);
+  for (int s = lane; s < n; s += kWarpSize) ml = fmaxf(ml, p.part_max[split_slot(rp, s) * p.rows + m]);
   for (int d = 1; d < kWarpSize; d *= 2) ml = fmaxf(ml, __shfl_xor_sync(0xffffffffu, ml, d));
   return ml;
 }
@@ -87,9 +88,8 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_rows_kernel
   const int m = blockIdx.y * kCombineWarps + threadIdx.x / kWarpSize;
   if (rp.num_splits <= 1 || m >= p.rows) return;
   const int n = rp.num_splits;
-  const int64_t base = rp.split_base;
   bool empty = false;
-  const float lse = merged_lse(p, base, n, m, lane, &empty);
+  const float lse = merged_lse(p, rp, n, m, lane, &empty);
   float4 acc[kLoads];
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_rows_kernel
     const float4* src = reinterpret_cast<const float4*>(p.part_out) + lane;
 #pragma unroll 2
     for (int s = 0; s < n; ++s) {
-      const int64_t row = (base + s) * p.rows + m;
+      const int64_t row = split_slot(rp, s) * p.rows + m;
       const float w = expf(p.part_lse[row] - lse);
       const float4* v = src + row * (kDimV / kColsPerLane);
 #pragma unroll
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_rows_kernel
   const float f = empty ? 1.0f : sink_factor(p, m % p.h_q, lse);
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) store_out4<kBf16>(p, r, m, (k * kWarpSize + lane) * kColsPerLane, acc[k], f);
-  const float ml = merged_max(p, base, n, m, lane);
+  const float ml = merged_max(p, rp, n, m, lane);
   if (lane == 0) store_row_stats(p, r, m, lse, ml);
 }
 
@@ -133,16 +133,15 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   const int m = blockIdx.y / kColChunks;
   const int chunk = blockIdx.y % kColChunks;
   const int n = rp.num_splits;
-  const int64_t base = rp.split_base;
   bool empty = false;
-  const float lse = merged_lse(p, base, n, m, lane, &empty);
+  const float lse = merged_lse(p, rp, n, m, lane, &empty);
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (!empty) {
     const float4* src = reinterpret_cast<const float4*>(p.part_out) + chunk * kWarpSize + lane;
 #pragma unroll 4
     for (int s = warp; s < n; s += kCombineWarps) {
-      const int64_t row = (base + s) * p.rows + m;
+      const int64_t row = split_slot(rp, s) * p.rows + m;
       const float w = expf(p.part_lse[row] - lse);
       const float4 v = src[row * (kDimV / kColsPerLane)];
       acc.x += w * v.x;
@@ -164,7 +163,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   const float f = empty ? 1.0f : sink_factor(p, m % p.h_q, lse);
   store_out4<kBf16>(p, r, m, chunk * kColsPerCta + lane * kColsPerLane, acc, f);
   if (chunk != 0) return;
-  const float ml = merged_max(p, base, n, m, lane);
+  const float ml = merged_max(p, rp, n, m, lane);
   if (lane == 0) store_row_stats(p, r, m, lse, ml);
 }
 

@@ -34,6 +34,10 @@ static_assert(kDimQKV4 == kDimV, "V4's V is its whole row: the first kDimV colum
 inline constexpr int kFixedCostTiles = 2;
 /// Threads of the single-CTA plan kernel.
 inline constexpr int kPlanThreads = 1024;
+/// Plan requests up to which every decode CTA plans its own partition (cta_plan.cuh: no plan kernel, one launch
+/// fewer): each thread of a 128-thread CTA then reads at most 32 lengths. Larger batches (sparse prefill with
+/// topk_length) go through the plan kernel, which reads each length once instead of once per CTA.
+inline constexpr int64_t kCtaPlanMaxRequests = 4096;
 /// Warps per CTA of the combine kernel (they share the splits of one row).
 inline constexpr int kCombineWarps = 8;
 

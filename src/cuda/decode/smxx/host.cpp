@@ -150,12 +150,16 @@ void fill_q_kv_out(const TensorView& q, const KvCacheView& kv, const TensorView&
   d.softmax_scale = softmax_scale;
 }
 
-/// The plan and partial slots of `d` at their places in `ws`.
+/// Whether the decode CTAs plan their own partitions (params.h's cta_plan) for a batch of `requests` plan requests.
+bool ctas_plan(int64_t requests) { return requests <= kCtaPlanMaxRequests; }
+
+/// The plan and partial slots of `d` at their places in `ws`, and whether the decode CTAs plan (d.batch is set).
 void place_plan(Workspace ws, const WorkspaceLayout& w, int64_t partitions, DecodeParams& d) {
   uint8_t* base = static_cast<uint8_t*>(ws.data);
   d.partitions = int32_t(partitions);
+  d.cta_plan = ctas_plan(d.batch) ? 1 : 0;
   d.plan_partitions = reinterpret_cast<const PartitionStart*>(base + w.partitions_off);
-  d.plan_requests = reinterpret_cast<const RequestPlan*>(base + w.requests_off);
+  d.plan_requests = reinterpret_cast<RequestPlan*>(base + w.requests_off);
   d.part_lse = reinterpret_cast<float*>(base + w.part_lse_off);
   d.part_out = reinterpret_cast<float*>(base + w.part_out_off);
   d.part_max = reinterpret_cast<float*>(base + w.part_max_off);
@@ -197,6 +201,7 @@ RequestLengths sparse_lengths(const SparseDecodeProblem& p) {
 Status launch_plan_with(RequestLengths lens, int64_t requests, const WorkspaceLayout& w, Workspace ws,
                         int64_t partitions, int tile_shift, cudaStream_t stream, bool pdl) {
   MLAKIT_TRY(check_workspace_alignment(ws));
+  if (ctas_plan(requests)) return {};  // the decode kernel plans: no launch here
   uint8_t* base = static_cast<uint8_t*>(ws.data);
   PlanParams pp{};
   pp.lens = lens;

@@ -17,28 +17,31 @@ struct PartitionStart {
   int32_t tile;
 };
 
-/// What the plan tells the decode and combine kernels about one request.
+/// What the plan tells the combine about one request (written by the plan kernel, or by the decode CTA holding the
+/// request's tile 0 when the CTAs plan themselves). Partial slots are per partition, so that no CTA needs a prefix
+/// over other requests: partition g's first request (the one it starts in) writes its part to slot 2 g, its last
+/// request, when that one goes on into the next partition, to slot 2 g + 1 (split_slot in plan.cuh).
 struct RequestPlan {
   int32_t first_partition;  // partition holding tile 0 of the request
   int32_t num_splits;       // partitions that share the request; 1 = written straight to out
-  int32_t split_base;       // first partial slot (only meaningful when num_splits > 1)
+  int32_t split_base;       // (num_splits > 1) the slot of its part in first_partition: 2 first_partition, + 1 when
+                            // the partition started in an earlier request
   int32_t pad_;
 };
 
 /// Byte offsets inside the workspace. Sized from (b, rows per request, partitions), none of which
 /// depends on seq_lens, so the caller can allocate once for its largest batch.
 struct WorkspaceLayout {
-  size_t partitions_off;  // PartitionStart [G + 1]
+  size_t partitions_off;  // PartitionStart [G + 1] (the plan kernel's)
   size_t requests_off;    // RequestPlan [b]
-  size_t cost_off;        // int64 [b + 1]: prefix sums of the per-request cost (plan scratch)
+  size_t cost_off;        // int64 [b + 1]: prefix sums of the per-request cost (the plan kernel's scratch)
   size_t part_lse_off;    // float [max_slots, rows]: partial LSE (natural log)
   size_t part_max_off;    // float [max_slots, rows]: partial max logit (sparse decode's max_logits)
   size_t part_out_off;    // float [max_slots, rows, d_v]: partial outputs, normalised within their part
   size_t shard_lens_off;  // int32 [b]: a context shard's local lengths (docs/spec.md section 11)
   size_t causal_off;      // int32 [b, kMaxCausalRows]: a context shard's causal limits per query token
   size_t total;
-  int64_t max_slots;      // 2 * G: each partition start inside a request adds one split, and a
-                          // request with n > 1 splits holds n - 1 such starts, so sum(n) <= 2 * G
+  int64_t max_slots;      // 2 * G: two per partition (RequestPlan)
 };
 
 /// Query tokens per request whose causal limit a context shard's plan stores (kMaxQueryTokens of problems.h).
@@ -148,11 +151,16 @@ struct DecodeParams {
   float* max_logits;
   int64_t max_logits_stride_b, max_logits_stride_s, max_logits_stride_h;
   int32_t partitions;        // G
-  // > 0: the whole-request schedule (sparse decode with uniform lengths, host.h's sparse_schedule): partition g takes
-  // requests [g k, g k + k) whole, k = whole_requests; no plan kernel ran, nothing is split, no combine follows.
+  // Where a CTA finds its partition's bounds (cta_plan.cuh), one of three schedules:
+  // whole_requests > 0: the whole-request schedule (sparse decode with uniform lengths, host.h's sparse_schedule):
+  //   partition g takes requests [g k, g k + k) whole, k = whole_requests; nothing is split, no combine follows;
+  // cta_plan: each CTA plans its own partition from the lengths (batches up to kCtaPlanMaxRequests), and the CTA
+  //   holding a request's tile 0 writes its RequestPlan for the combine; no plan kernel ran;
+  // neither: the plan kernel wrote plan_partitions and plan_requests.
   int32_t whole_requests;
+  int32_t cta_plan;
   const PartitionStart* plan_partitions;
-  const RequestPlan* plan_requests;
+  RequestPlan* plan_requests;
   float* part_lse;           // [max_slots, rows]
   float* part_out;           // [max_slots, rows, d_v]
   float* part_max;           // [max_slots, rows]

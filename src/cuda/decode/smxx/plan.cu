@@ -9,49 +9,23 @@
 // (req, tile), so every partition is non-empty and the partitions sharing a request are consecutive:
 // the one holding tile 0 of r is g0 = (cost[r] + kFixedCostTiles) / W and the split index of
 // partition g in request r is g - g0.
+//
+// Decode CTAs plan their own partition the same way when the batch is small (cta_plan.cuh); this kernel serves the
+// larger ones (kCtaPlanMaxRequests), and only then do the kernels read its partition starts.
 
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/decode/smxx/block_scan.cuh"
 #include "cuda/decode/smxx/launch.h"
 #include "cuda/decode/smxx/plan.cuh"
 
 namespace mlakit::cuda::decode {
 namespace {
 
-constexpr int kWarpSize = 32;
-constexpr int kPlanWarps = kPlanThreads / kWarpSize;
-
-/// Exclusive prefix sum over the CTA; returns this thread's exclusive prefix and sets *total.
-__device__ int64_t block_exclusive_scan(int64_t v, int64_t* smem /* [kPlanWarps + 1] */, int64_t* total) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  int64_t inc = v;
-  for (int d = 1; d < kWarpSize; d *= 2) {
-    const int64_t o = __shfl_up_sync(0xffffffffu, inc, d);
-    if (lane >= d) inc += o;
-  }
-  if (lane == kWarpSize - 1) smem[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int64_t w = lane < kPlanWarps ? smem[lane] : 0;
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const int64_t o = __shfl_up_sync(0xffffffffu, w, d);
-      if (lane >= d) w += o;
-    }
-    if (lane < kPlanWarps) smem[lane] = w;  // inclusive prefix of warp totals
-    if (lane == kPlanWarps - 1) smem[kPlanWarps] = w;
-  }
-  __syncthreads();
-  const int64_t warp_base = warp > 0 ? smem[warp - 1] : 0;
-  *total = smem[kPlanWarps];
-  __syncthreads();  // smem is reused by the next scan
-  return warp_base + inc - v;
-}
-
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
-  __shared__ int64_t scan_smem[kPlanWarps + 1];
+  __shared__ int64_t scan_smem[kPlanThreads / 32 + 1];
   pdl_wait();  // seq_lens may come from the previous kernel
   // Let the decode kernel's CTAs launch now: they become resident while this runs and stop in their
   // own pdl_wait until this grid has finished and its writes are visible, which hides the decode
@@ -67,7 +41,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   for (int64_t r = r0; r < r1; ++r)
     local += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
   int64_t total_cost = 0;
-  int64_t run = block_exclusive_scan(local, scan_smem, &total_cost);
+  int64_t run = block_exclusive_scan<kPlanThreads>(local, scan_smem, &total_cost);
   for (int64_t r = r0; r < r1; ++r) {
     p.cost_scratch[r] = run;
     run += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
@@ -94,26 +68,14 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
     p.partitions_out[g] = s;
   }
 
-  // 3. per request: first partition, number of splits, first partial slot.
-  auto first_and_splits = [&](int64_t r, int64_t* g0, int64_t* n) {
+  // 3. per request: first partition, number of splits, and the partial slot of its first part (split_slot).
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t c = p.cost_scratch[r];
     const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
-    *g0 = (c + kFixedCostTiles) / width;
-    *n = (c + kFixedCostTiles + tiles - 1) / width - *g0 + 1;
-  };
-  int64_t slots = 0;
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t g0 = 0, n = 0;
-    first_and_splits(r, &g0, &n);
-    if (n > 1) slots += n;
-  }
-  int64_t unused_total = 0;
-  int64_t base = block_exclusive_scan(slots, scan_smem, &unused_total);
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t g0 = 0, n = 0;
-    first_and_splits(r, &g0, &n);
-    p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(n > 1 ? base : 0), 0};
-    if (n > 1) base += n;
+    const int64_t g0 = (c + kFixedCostTiles) / width;
+    const int64_t n = (c + kFixedCostTiles + tiles - 1) / width - g0 + 1;
+    // Partition g0 starts inside an earlier request (g0 W < c): r is its last request, whose part takes the odd slot.
+    p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(2 * g0 + (g0 * width < c ? 1 : 0)), 0};
   }
 }
 

@@ -151,25 +151,17 @@ __device__ inline RowRef kv_row_ref(const DecodeParams& p, int32_t r, int64_t t,
   }
 }
 
-/// Where partition `part` starts and ends ((request, tile), the end exclusive): from the device plan, or, under the
-/// whole-request schedule (params.h), requests [part k, part k + k) from their first tile.
-__device__ __forceinline__ void partition_bounds(const DecodeParams& p, int part, PartitionStart* start,
-                                                 PartitionStart* end) {
-  if (p.whole_requests > 0) {
-    const int64_t r0 = int64_t(part) * p.whole_requests;
-    *start = PartitionStart{int32_t(min(r0, int64_t(p.batch))), 0};
-    *end = PartitionStart{int32_t(min(r0 + p.whole_requests, int64_t(p.batch))), 0};
-    return;
-  }
-  *start = p.plan_partitions[part];
-  *end = p.plan_partitions[part + 1];
-}
+/// Partition g's KV work: from `start` up to, not including, `end` (the next partition's start, (b, 0) for the last),
+/// in (request, tile) order.
+struct PartitionBounds {
+  PartitionStart start;
+  PartitionStart end;
+};
 
-/// How request r's rows leave partition `part`: the device plan's record, or, under the whole-request schedule,
-/// straight to out (one split).
-__device__ __forceinline__ RequestPlan request_plan(const DecodeParams& p, int32_t r, int part) {
-  if (p.whole_requests > 0) return RequestPlan{part, 1, 0, 0};
-  return p.plan_requests[r];
+/// The partial slot of part j (0 .. num_splits - 1) of a split request (RequestPlan in params.h): its first part's
+/// slot, then slot 2 g of every later partition g, each of which starts inside the request.
+__host__ __device__ inline int64_t split_slot(const RequestPlan& rp, int j) {
+  return j == 0 ? int64_t(rp.split_base) : 2 * (int64_t(rp.first_partition) + j);
 }
 
 /// Calls f(std::integral_constant<IdSet, s>{}) with the IdSet s of a tile (tile_id_set; kMainOnly in dense decode), so
@@ -209,25 +201,31 @@ __device__ inline float sink_factor(const DecodeParams& p, int h, float lse) {
   return 1.0f / (1.0f + expf(p.attn_sink[h] - lse));
 }
 
-/// One piece of a partition's KV work: tiles [t_begin, t_begin + n_tiles) of request `req` (length len).
+/// One piece of a partition's KV work: tiles [t_begin, t_begin + n_tiles) of request `req` (length len). slot: -1 when
+/// the piece is the whole request (its rows go straight to out), else the partial slot its rows go to (split_slot).
 struct Piece {
   int32_t req;
   int32_t len;
   int32_t t_begin;
   int32_t n_tiles;
+  int32_t slot;
 };
 
-/// Calls f(piece) for every non-empty piece of partition `part`, in order, for kernels whose tiles hold
-/// 2^tile_shift tokens. Every role of a kernel walks the same pieces, so they agree on the tile sequence.
+/// Calls f(piece) for every non-empty piece of partition `part` (bounds: cta_plan.cuh's partition_bounds), in order,
+/// for kernels whose tiles hold 2^tile_shift tokens. Every role of a kernel walks the same pieces, so they agree on
+/// the tile sequence.
 template <bool kSparse, typename F>
-__device__ __forceinline__ void for_each_piece(const DecodeParams& p, int part, int tile_shift, F&& f) {
-  PartitionStart pstart, pend;
-  partition_bounds(p, part, &pstart, &pend);
+__device__ __forceinline__ void for_each_piece(const DecodeParams& p, const PartitionBounds& bounds, int part,
+                                               int tile_shift, F&& f) {
+  const PartitionStart pstart = bounds.start, pend = bounds.end;
   for (int32_t r = pstart.req; r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)); ++r) {
     const int32_t len = request_len<kSparse>(p.lens, r);
+    const int32_t tiles = request_tiles(len, tile_shift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
-    const int32_t t_end = r == pend.req ? pend.tile : request_tiles(len, tile_shift);
-    if (t_end - t_begin > 0) f(Piece{r, len, t_begin, t_end - t_begin});
+    const int32_t t_end = r == pend.req ? pend.tile : tiles;
+    // The partition's first request is the one it starts in (slot 2 part); a split request after it is its last.
+    const int32_t slot = t_begin == 0 && t_end == tiles ? -1 : 2 * part + (r == pstart.req ? 0 : 1);
+    if (t_end - t_begin > 0) f(Piece{r, len, t_begin, t_end - t_begin, slot});
   }
 }
 
