@@ -87,23 +87,45 @@ __device__ inline IdSet tile_id_set(int64_t t0, int n, int32_t main_len, int32_t
   return t0 >= main_len ? IdSet::kExtraOnly : IdSet::kMixed;
 }
 
-/// Sparse decode (docs/spec.md sections 2 and 2.1) with the extra cache: index columns [0, main_len) of plan request r
-/// name rows of the main cache, [main_len, len) rows of the extra cache, each through its own ids, pool and page
-/// geometry. Past len, or an id outside its cache: no row, never dereferenced. kScales: fp8_ds_v4 pages. kSet: what
-/// the caller knows of t's side (a one-sided kSet is only valid for columns on that side, or past len).
+/// An index column's id and the cache it names (docs/spec.md sections 2 and 2.1): columns [0, main_len) of a request
+/// are ids of the main cache, [main_len, len) ids of the extra cache; id = -1 past len.
+struct SparseId {
+  int32_t id;
+  bool extra;
+};
+
+/// Index column t of plan request r (kSet: what the caller knows of t's side; a one-sided kSet is only valid for
+/// columns on that side, or past len). Written without early returns, so that a warp stays converged through it (the
+/// Hopper consumers ballot on its validity right before a bar.sync, which needs the whole warp).
+template <IdSet kSet>
+__device__ inline SparseId sparse_id(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
+  const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
+  int32_t id = -1;
+  if (t < len) {
+    const int64_t at = extra ? request_offset<true>(p, r, p.extra_indices_stride_b, p.extra_indices_stride_s) + (t - main_len)
+                             : request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t;
+    id = (extra ? p.extra_indices : p.indices)[at];
+  }
+  return SparseId{id, extra};
+}
+
+/// Whether an id names a row of its cache: every negative id and every id past the cache is no row.
+__device__ inline bool names_row(const DecodeParams& p, SparseId s) {
+  return s.id >= 0 && s.id < (s.extra ? p.extra_num_rows : p.num_rows);
+}
+
+/// Sparse decode with the extra cache: index column t of plan request r as a RowRef through its cache's pool and page
+/// geometry; no row (never dereferenced) past len or for an id outside its cache. kScales: fp8_ds_v4 pages. kSet as
+/// in sparse_id.
 template <bool kScales, IdSet kSet = IdSet::kMixed>
 __device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
   RowRef ref{nullptr, nullptr};
-  if (t >= len) return ref;
-  const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
-  const int32_t* ids = extra ? p.extra_indices : p.indices;
-  const int64_t sb = extra ? p.extra_indices_stride_b : p.indices_stride_b;
-  const int64_t ss = extra ? p.extra_indices_stride_s : p.indices_stride_s;
-  const int32_t id = ids[request_offset<true>(p, r, sb, ss) + (extra ? t - main_len : t)];
-  if (id < 0 || id >= (extra ? p.extra_num_rows : p.num_rows)) return ref;
+  const SparseId s = sparse_id<kSet>(p, r, t, main_len, len);
+  if (!names_row(p, s)) return ref;
+  const bool extra = s.extra;
   const int32_t page_size = extra ? p.extra_page_size : p.page_size;
-  const int32_t page = fast_div(id, extra ? p.extra_page_div : p.page_div);  // 0 <= id < 2^31
-  const int32_t slot = id - page * page_size;
+  const int32_t page = fast_div(s.id, extra ? p.extra_page_div : p.page_div);  // 0 <= id < 2^31
+  const int32_t slot = s.id - page * page_size;
   const uint8_t* page_base = (extra ? p.extra_pages : p.pages) + int64_t(page) * (extra ? p.extra_page_stride_bytes
                                                                                          : p.page_stride_bytes);
   ref.row = page_base + int64_t(slot) * (extra ? p.extra_row_stride_bytes : p.row_stride_bytes);
@@ -178,20 +200,10 @@ __device__ __forceinline__ void with_tile_id_set(int64_t t0, int n, int32_t main
   }
 }
 
-/// Sparse decode: whether index column t of plan request r names a row, the test of sparse_row_ref without the
-/// address (columns [main_len, len) through the extra cache's ids; kSet as there). Written without early returns, so
-/// that a warp stays converged through it (the Hopper consumers ballot on it right before a bar.sync, which needs the
-/// whole warp).
+/// Sparse decode: whether index column t of plan request r names a row (the test of sparse_row_ref, converged).
 template <IdSet kSet>
 __device__ inline bool sparse_id_valid(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
-  const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
-  int32_t id = -1;
-  if (t < len) {
-    const int64_t at = extra ? request_offset<true>(p, r, p.extra_indices_stride_b, p.extra_indices_stride_s) + (t - main_len)
-                             : request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s) + t;
-    id = (extra ? p.extra_indices : p.indices)[at];
-  }
-  return id >= 0 && id < (extra ? p.extra_num_rows : p.num_rows);
+  return names_row(p, sparse_id<kSet>(p, r, t, main_len, len));
 }
 
 /// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (docs/spec.md section 2): 1 without a
