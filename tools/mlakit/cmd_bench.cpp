@@ -38,7 +38,8 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
                      | v4 (issue 13's five DeepSeek V4 shapes: fp8_ds_v4, extra cache)
                      prefill: default (1 request of 4096 tokens, h=128, causal) | anchors (issue 10's five shapes)
   --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
-  --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape
+  --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape (prefill: one shape of N
+                     requests of L tokens each; --s-q, --page-size, --topk and --kv-format do not apply)
   --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
   --causal           causal masking for s_q > 1
   --backend NAME     a registered backend (default: automatic selection on the GPU, else the CPU reference)

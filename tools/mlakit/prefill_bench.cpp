@@ -12,6 +12,7 @@ namespace {
 constexpr uint64_t kSeed = 20261124;
 constexpr uint8_t kPoisonByte = 0xff;
 constexpr int64_t kCpuHeads = 2, kCpuShrink = 32;  // the CPU stand-in: well under a second
+constexpr int64_t kMaxBenchTokens = 2147483647;  // --batch x --ctx: cu_seqlens are int32
 
 PrefillBenchSpec make(std::vector<std::pair<int64_t, int64_t>> lens, double cudnn_ms) {
   PrefillBenchSpec s;
@@ -163,8 +164,36 @@ Status prefill_preset_specs(const std::string& preset, std::vector<PrefillBenchS
 }
 
 Status apply_prefill_overrides(const Args& args, bool on_cpu, std::vector<PrefillBenchSpec>* specs) {
+  // Decode's shape options have no meaning here: refused by name rather than ignored.
+  for (const char* name : {"s-q", "page-size", "topk", "kv-format"}) {
+    if (args.has(name)) {
+      return Status::invalid(std::string("--") + name +
+                             ": does not apply to --mode prefill (its shape: --batch requests of --ctx tokens, --heads)");
+    }
+  }
+  // --batch and --ctx replace the preset's shapes with one: --batch requests of --ctx query tokens over as many keys
+  // (each defaults to the preset's first shape), the preset's causality kept.
+  const bool explicit_shape = args.has("batch") || args.has("ctx");
+  if (explicit_shape) {
+    PrefillBenchSpec s = specs->front();
+    int64_t n = int64_t(s.lens.size()), l = s.lens.front().first;
+    MLAKIT_TRY(args.get_int("batch", n, &n));
+    MLAKIT_TRY(args.get_int("ctx", l, &l));
+    if (n < 1 || n > kMaxBenchTokens) {
+      return Status::invalid("--batch=" + std::to_string(n) + ": must be in [1, " + std::to_string(kMaxBenchTokens) + "]");
+    }
+    if (l < 0 || l > kMaxBenchTokens / n) {
+      return Status::invalid("--ctx=" + std::to_string(l) + ": must be in [0, " + std::to_string(kMaxBenchTokens / n) +
+                             "] (--batch x --ctx tokens at most " + std::to_string(kMaxBenchTokens) + ")");
+    }
+    s.lens.assign(size_t(n), {l, l});
+    s.cudnn_ms = 0;  // not an anchor's shape
+    *specs = {s};
+  }
   for (PrefillBenchSpec& s : *specs) {
-    if (on_cpu) {
+    if (on_cpu && explicit_shape) {
+      s.h_q = std::min(s.h_q, kCpuHeads);  // the lengths asked for, at the CPU's head count
+    } else if (on_cpu) {
       s.h_q = std::min(s.h_q, kCpuHeads);
       for (auto& [lq, lk] : s.lens) {
         lq = std::max<int64_t>(1, lq / kCpuShrink);

@@ -31,7 +31,8 @@ struct PrefillBenchSpec {
 
 /// "default" (1 request of 4096 tokens) or "anchors" (issue 10's five shapes); h = 128, 192/128, causal.
 Status prefill_preset_specs(const std::string& preset, std::vector<PrefillBenchSpec>* out);
-/// Applies --heads and --causal; on the CPU shrinks to seconds (h = 2, lengths / 32).
+/// Applies --batch, --ctx (one shape of --batch requests of --ctx tokens) and --heads, and refuses decode's shape
+/// options by name; on the CPU shrinks to seconds (h = 2, and lengths / 32 unless --batch or --ctx name them).
 Status apply_prefill_overrides(const Args& args, bool on_cpu, std::vector<PrefillBenchSpec>* specs);
 
 struct PrefillBenchResult {
