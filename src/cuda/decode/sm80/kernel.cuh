@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
 
     // Split or whole, and the split's slot, as for_each_piece (plan.cuh) tells the Hopper consumers.
     const bool direct = t_begin == 0 && t_end == tiles;
-    const int64_t slot = 2 * int64_t(part) + (r == pstart.req ? 0 : 1);
+    const int64_t slot = partition_slot(part, r == pstart.req);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int m = row_block * kRows + rg * kRowsPerGroup + gid + 8 * k;

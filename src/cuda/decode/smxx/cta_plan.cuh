@@ -19,12 +19,6 @@ namespace mlakit::cuda::decode {
 template <int kThreads>
 inline constexpr int kCtaPlanSmemBytes = int(sizeof(PartitionBounds)) + 8 * (kThreads / 32 + 1) + 8;
 
-/// Cost units of plan request r in the plan's work model (plan.cu).
-template <bool kSparse>
-__device__ __forceinline__ int64_t request_cost(const RequestLengths& l, int32_t r, int tile_shift) {
-  return request_tiles(request_len<kSparse>(l, r), tile_shift) + kFixedCostTiles;
-}
-
 /// The bounds of partition `part`, in shared memory, for kernels of kThreads threads whose tiles hold 2^tile_shift
 /// tokens. Every thread of the CTA must call it, with the same arguments (it synchronises the CTA), after pdl_wait
 /// (the lengths may come from the previous kernel). `writes_plans`: under the CTA's own plan, this CTA (one per
@@ -85,12 +79,12 @@ __device__ const PartitionBounds* partition_bounds(const DecodeParams& p, int pa
       const bool goes_on = e.tile > 0;
       const int64_t last = goes_on ? int64_t(e.req) + 1 : int64_t(e.req);
       for (int64_t r = first + tid; r < last; r += kThreads) {
-        RequestPlan rp{part, 1, 2 * part, 0};
+        RequestPlan rp{part, 1, int32_t(partition_slot(part, true)), 0};
         if (goes_on && r == e.req) {
           const int64_t tile0 = end_cost + kFixedCostTiles;  // the unit of its tile 0
           const int64_t tiles = request_tiles(request_len<kSparse>(p.lens, int32_t(r)), tile_shift);
           rp.num_splits = int32_t((tile0 + tiles - 1) / width - part + 1);
-          rp.split_base = 2 * part + (r != s.req ? 1 : 0);
+          rp.split_base = int32_t(partition_slot(part, r == s.req));
         }
         p.plan_requests[r] = rp;
       }

@@ -20,7 +20,7 @@ struct PartitionStart {
 /// What the plan tells the combine about one request (written by the plan kernel, or by the decode CTA holding the
 /// request's tile 0 when the CTAs plan themselves). Partial slots are per partition, so that no CTA needs a prefix
 /// over other requests: partition g's first request (the one it starts in) writes its part to slot 2 g, its last
-/// request, when that one goes on into the next partition, to slot 2 g + 1 (split_slot in plan.cuh).
+/// request, when that one goes on into the next partition, to slot 2 g + 1 (partition_slot in plan.cuh).
 struct RequestPlan {
   int32_t first_partition;  // partition holding tile 0 of the request
   int32_t num_splits;       // partitions that share the request; 1 = written straight to out

@@ -39,12 +39,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   // 1. cost prefix sums (request_len's general form: it serves dense decode too, with fold 1 and no cap).
   int64_t local = 0;
   for (int64_t r = r0; r < r1; ++r)
-    local += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
+    local += request_cost</*kSparse=*/true>(p.lens, int32_t(r), p.tile_shift);
   int64_t total_cost = 0;
   int64_t run = block_exclusive_scan<kPlanThreads>(local, scan_smem, &total_cost);
   for (int64_t r = r0; r < r1; ++r) {
     p.cost_scratch[r] = run;
-    run += request_tiles(request_len</*kSparse=*/true>(p.lens, r), p.tile_shift) + kFixedCostTiles;
+    run += request_cost</*kSparse=*/true>(p.lens, int32_t(r), p.tile_shift);
   }
   if (threadIdx.x == 0) p.cost_scratch[b] = total_cost;
   __syncthreads();  // cost_scratch (global) is read by every thread below
@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
     const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
     const int64_t g0 = (c + kFixedCostTiles) / width;
     const int64_t n = (c + kFixedCostTiles + tiles - 1) / width - g0 + 1;
-    // Partition g0 starts inside an earlier request (g0 W < c): r is its last request, whose part takes the odd slot.
-    p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(2 * g0 + (g0 * width < c ? 1 : 0)), 0};
+    // Partition g0 starts inside an earlier request when g0 W < c: then r is its last request, not its first.
+    p.requests_out[r] = RequestPlan{int32_t(g0), int32_t(n), int32_t(partition_slot(g0, g0 * width >= c)), 0};
   }
 }
 

@@ -180,10 +180,20 @@ struct PartitionBounds {
   PartitionStart end;
 };
 
-/// The partial slot of part j (0 .. num_splits - 1) of a split request (RequestPlan in params.h): its first part's
-/// slot, then slot 2 g of every later partition g, each of which starts inside the request.
+/// Cost units of plan request r in the plan's work model (plan.cu): its tiles plus a fixed cost.
+template <bool kSparse>
+__device__ __forceinline__ int64_t request_cost(const RequestLengths& l, int32_t r, int tile_shift) {
+  return request_tiles(request_len<kSparse>(l, r), tile_shift) + kFixedCostTiles;
+}
+
+/// The partial slot of the part of a split request that partition g holds (RequestPlan in params.h): 2 g for the
+/// request g starts in (its first), 2 g + 1 for its last one, when that one goes on into the next partition.
+__host__ __device__ inline int64_t partition_slot(int64_t g, bool first_request) { return 2 * g + (first_request ? 0 : 1); }
+
+/// The partial slot of part j (0 .. num_splits - 1) of a split request: its first part's slot, then the slot of every
+/// later partition g, each of which starts inside the request (so the request is g's first).
 __host__ __device__ inline int64_t split_slot(const RequestPlan& rp, int j) {
-  return j == 0 ? int64_t(rp.split_base) : 2 * (int64_t(rp.first_partition) + j);
+  return j == 0 ? int64_t(rp.split_base) : partition_slot(int64_t(rp.first_partition) + j, true);
 }
 
 /// Calls f(std::integral_constant<IdSet, s>{}) with the IdSet s of a tile (tile_id_set; kMainOnly in dense decode), so
@@ -235,8 +245,7 @@ __device__ __forceinline__ void for_each_piece(const DecodeParams& p, const Part
     const int32_t tiles = request_tiles(len, tile_shift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;
-    // The partition's first request is the one it starts in (slot 2 part); a split request after it is its last.
-    const int32_t slot = t_begin == 0 && t_end == tiles ? -1 : 2 * part + (r == pstart.req ? 0 : 1);
+    const int32_t slot = t_begin == 0 && t_end == tiles ? -1 : int32_t(partition_slot(part, r == pstart.req));
     if (t_end - t_begin > 0) f(Piece{r, len, t_begin, t_end - t_begin, slot});
   }
 }
