@@ -5,16 +5,17 @@
 // Host and device code both read this file; everything that ties the numbers together is static_assert'ed.
 //
 // One CTA = 64 query rows (h_q x s_q folded, the wgmma M) x one partition of the batch's KV work (the
-// plan shared with the portable kernel). Three warpgroups:
-//   0, 1  consumers: tile g of the CTA's KV walk is "owned" by warpgroup g % 2, which computes
-//         S = Q K^T (64 x 64 x d_qk, 576 or V4's 512) and the softmax of it; each consumer accumulates the output columns
-//         [256 w, 256 w + 256) of every tile: its own tiles with P from registers, the other's tiles
-//         with P from shared memory. The running row maximum passes from owner to owner through shared
-//         memory, so both halves of O are scaled consistently.
-//   2     producer: loads Q and the KV tiles (TMA for whole tiles of pages >= 16 tokens, per-row
-//         cp.async otherwise) into a ring of two stages, each split in three parts with their own
-//         full/empty mbarriers (V columns 0-255, V columns 256-511, RoPE columns; V4 has no RoPE part), so
-//         that a part is refilled as soon as the last warpgroup reading it is done with it.
+// plan shared with the portable kernel). Three warpgroups with fixed roles:
+//   0  the S warpgroup: S = Q K^T of every tile (64 x 64 x d_qk, 576 or V4's 512), the masks and the online softmax
+//      (running row maxima and sums stay in its registers), P V into output columns [0, 256) with P from registers,
+//      and P and the rescale factors to shared memory for warpgroup 1.
+//   1  the V warpgroup: rescales output columns [256, 512) and adds P V into them with P from shared memory.
+//   2  producer: loads Q and the KV tiles (TMA for whole tiles of pages >= 16 tokens, per-row
+//      cp.async otherwise) into a ring of two stages, each split in three parts with their own
+//      full/empty mbarriers (V columns 0-255, V columns 256-511, RoPE columns; V4 has no RoPE part), so
+//      that a part is refilled as soon as the last warpgroup reading it is done with it.
+// Fixed roles keep every warpgroup's loop on one path (static wgmma group counts) and let warpgroup 1 and the
+// producer run with fewer registers than the S warpgroup (docs/experiments/sm90-consumer-roles-study.md).
 
 #include "cuda/decode/smxx/config.h"
 
@@ -47,20 +48,23 @@ struct Geometry {
 // ---- roles ----
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumers = 2;
+inline constexpr int kSWarpgroup = 0;  // Q K^T, softmax, P V of output columns [0, 256)
+inline constexpr int kVWarpgroup = 1;  // P V of output columns [256, 512)
 inline constexpr int kProducer = kConsumers;  // warpgroup index of the producer
 inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
-/// Registers per thread after setmaxnreg: the consumers hold O (64 x 256 fp32 = 128 per thread), S
-/// (32) and P (16); the producer computes row addresses. setmaxnreg.inc draws only on the registers the
-/// CTA's own warps released with setmaxnreg.dec (the CTA launched with kLaunchRegs per thread), so the
-/// consumers' gain must not exceed the producer's release, or their setmaxnreg.inc waits forever (seen:
-/// 216 / 80 hung every launch). With 216 / 72, ptxas -v reports 4 bytes of producer spill, outside the
-/// copy loops; the consumers do not spill.
+/// Registers per thread after setmaxnreg. The S warpgroup holds its half of O (64 x 256 fp32 = 128 per thread), S
+/// (32) and P (16; P V of a tile may still read them while the next Q K^T writes S), the V warpgroup its half of O,
+/// the producer row addresses and one pass of fp8 loads. setmaxnreg.inc draws only on the registers the CTA's own
+/// warps released with setmaxnreg.dec (the CTA launched with kLaunchRegs per thread), so the S warpgroup's gain must
+/// not exceed what the others release, or its setmaxnreg.inc waits forever (seen: 216 / 216 / 80 hung every launch).
 inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168: what __launch_bounds__(384, 1) allows
-inline constexpr int kConsumerRegs = 216;
-inline constexpr int kProducerRegs = 72;
-static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs,
-              "the consumers may take only what the producer gives back");
-static_assert(kConsumers * kWarpgroupThreads * kConsumerRegs + kWarpgroupThreads * kProducerRegs <= 65536);
+inline constexpr int kSRegs = 216;
+inline constexpr int kVRegs = 160;
+inline constexpr int kProducerRegs = 128;
+static_assert(kSRegs - kLaunchRegs <= (kLaunchRegs - kVRegs) + (kLaunchRegs - kProducerRegs),
+              "the S warpgroup may take only what the others give back");
+static_assert((kSRegs + kVRegs + kProducerRegs) * kWarpgroupThreads <= 65536);
+static_assert(kSRegs % 8 == 0 && kVRegs % 8 == 0 && kProducerRegs % 8 == 0, "setmaxnreg takes multiples of 8");
 
 // ---- the three parts of a KV stage (V4: the two V halves only), each with its own full and empty barrier ----
 enum Part : int { kPartHalf0 = 0, kPartHalf1 = 1, kPartRope = 2 };
@@ -84,12 +88,13 @@ inline constexpr int kPairRows = kBlockN / 2;                     // rows of a t
 inline constexpr int kPairChunkBytes = kPairRows * 128;           // 4 KB: those rows of one chunk
 __host__ __device__ constexpr int part_pair_bytes(int part) { return part_chunks(part) * kPairChunkBytes; }
 
-// ---- named barriers (0 is __syncthreads) ----
-// Both consumers bar.sync each of them (bar.arrive on the publishing side would let the owner run on,
-// but compute-sanitizer racecheck does not see that ordering: with bar.sync it checks the exchange).
-inline constexpr int kBarMaxBase = 1;  // + w: warpgroup w published the row maxima of its tile
-inline constexpr int kBarPBase = 3;    // + w: warpgroup w stored P of its tile in shared memory
-inline constexpr int kBarRowSum = 5;   // the consumers' row sums (epilogue), written / read
+// ---- named barriers (0 is __syncthreads), each over both consumer warpgroups ----
+// Where one warpgroup publishes shared memory for the other, both bar.sync (bar.arrive on the publishing side would
+// let it run on, but compute-sanitizer racecheck does not see that ordering: with bar.sync it checks the exchange).
+inline constexpr int kBarPReady = 1;      // the S warpgroup stored P and alpha of its tile
+inline constexpr int kBarPV1Issued = 2;   // the V warpgroup issued that tile's P V (so it runs before the next Q K^T)
+inline constexpr int kBarPFree = 3;       // the V warpgroup's P V of the tile is done: P and alpha may be rewritten
+inline constexpr int kBarEpilogue = 5;    // the S warpgroup stored the rows' output scales (epilogue)
 inline constexpr int kBarProducer = 6;  // the producer's converted rows are all stored (before the copy to the peer)
 inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
 
@@ -102,10 +107,9 @@ struct SmemLayout {
   static constexpr int empty = full + kStages * kParts * 8;    // uint64 [kStages][kParts]
   static constexpr int q_full = empty + kStages * kParts * 8;  // uint64
   static constexpr int q_empty = q_full + 8;                   // uint64
-  static constexpr int row_max = q_empty + 8;                  // float [64]: running max after the last tile
-  static constexpr int alpha = row_max + kRows * 4;            // float [kStages][64]: its rescale factor
-  static constexpr int row_sum = alpha + kStages * kRows * 4;  // float [kConsumers][64]
-  static constexpr int total = row_sum + kConsumers * kRows * 4;
+  static constexpr int alpha = q_empty + 8;                    // float [64]: the last tile's rescale factors
+  static constexpr int o_scale = alpha + kRows * 4;            // float [64]: each row's output factor (epilogue)
+  static constexpr int total = o_scale + kRows * 4;
 };
 static_assert(SmemLayout::stage0 % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzle atoms are 1024-byte aligned");
 static_assert(SmemLayout::total <= 227 * 1024, "one CTA per SM: the 227 KB a Hopper block may opt into");

@@ -1,9 +1,12 @@
 #pragma once
-// The two consumer warpgroups of the Hopper decode kernel (config.h): per KV tile, the owner computes
-// S = Q K^T with wgmma (Q and K from shared memory), the online softmax in fp32, publishes the new row
-// maxima and rescale factors, adds P V to its half of O with P from registers, and stores P for the
-// other consumer, which rescales its half of O and adds P V with P from shared memory. The next owner
-// starts its Q K^T as soon as it has issued that P V, so the tensor cores always have work queued.
+// The two consumer warpgroups of the Hopper decode kernel (config.h, fixed roles). Per KV tile:
+//   S warpgroup: S = Q K^T with wgmma (Q and K from shared memory), the masks and the online softmax in fp32 (its
+//     registers hold the running row maxima and sums), P V into output columns [0, 256) with P from registers, and
+//     P and the rows' rescale factors (alpha) stored for the other warpgroup.
+//   V warpgroup: rescales output columns [256, 512) by alpha and adds P V into them with P from shared memory.
+// Per tile g the tensor cores run Q K^T(g), then (after the softmax) P V(g) of both halves, then Q K^T(g + 1): the
+// S warpgroup issues the next Q K^T only once the V warpgroup issued its P V (kBarPV1Issued), so that half 1 of
+// the stage goes back to the producer a whole Q K^T earlier than it would if the two were queued the other way.
 //
 // Accumulator layout (wgmma m64nNk16, fp32): warp w of a warpgroup holds rows 16 w .. 16 w + 15; lane
 // (gid = lane / 4, tig = lane % 4) holds rows 16 w + gid and 16 w + gid + 8, columns 8 j + 2 tig and
@@ -36,12 +39,11 @@ __device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, 
   if (by_rows) fence_proxy_async();
 }
 
-/// Commit groups of one issue_qk, one per stage part it reads (V3: RoPE, then each V half; V4: the V halves):
-/// wgmma_wait<Geometry<kDqk>::kParts> right after it waits for what was committed before it.
-
-/// S = Q K^T for the tile of CTA tile index g, in the order its parts arrive (RoPE, own V half, other half).
+/// S = Q K^T for the tile of CTA tile index g, in the order the producer fills its parts (V3: RoPE, then V half 0,
+/// then V half 1; V4: the V halves), one commit group per part: wgmma_wait<Geometry<kDqk>::kParts> right after it
+/// waits for what was committed before it.
 template <bool kBf16, int kDqk>
-__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, int me, bool by_rows) {
+__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, bool by_rows) {
   const uint32_t st = g & 1;
   const uint32_t kv = sm.stage(st);
   const uint32_t q = sm.q();
@@ -56,8 +58,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
     wgmma_commit();
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int half = h == 0 ? me : 1 - me;
+  for (int half = 0; half < 2; ++half) {
     wait_part(sm, g, half, by_rows);
     wgmma_fence();
 #pragma unroll
@@ -66,7 +67,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
       for (int kk = 0; kk < 4; ++kk) {
         const uint32_t off = (half * kVHalfChunks + c) * kChunkBytes + kk * 32;
         // V4 has no RoPE group: its first k-step overwrites S.
-        const int accumulate = Geometry<kDqk>::kRopePart || h > 0 || c > 0 || kk > 0;
+        const int accumulate = Geometry<kDqk>::kRopePart || half > 0 || c > 0 || kk > 0;
         wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), accumulate);
       }
     }
@@ -89,9 +90,9 @@ __device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int
   return uint64_t(lo) | (uint64_t(hi) << 32);
 }
 
-/// A barrier of both consumer warpgroups. The owner and the other consumer reach each one from different code,
-/// which the form without .aligned allows (compute-sanitizer synccheck flags bar.sync there).
-__device__ __forceinline__ void consumer_barrier(int id, int threads) { named_barrier_sync_unaligned(id, threads); }
+/// A barrier of both consumer warpgroups. Each reaches it from its own code, which the form without .aligned allows
+/// (compute-sanitizer synccheck flags bar.sync there).
+__device__ __forceinline__ void consumer_barrier(int id) { named_barrier_sync_unaligned(id, kConsumerThreads); }
 
 /// Gives `part` of stage `st` back to the producer (one arrival per warp, from lane 0), and in a CTA pair to the
 /// peer's producer too, which copies its half of the next tile into this CTA's stage (config.h, "CTA pairs").
@@ -107,21 +108,73 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
+/// A consumer thread's place in its warpgroup's accumulators (header comment): its lane and its two rows of the block.
+struct AccLane {
+  int lane;
+  int tig;
+  int rloc[2];
+  __device__ explicit AccLane(int wg) {
+    const int ctid = int(threadIdx.x) - wg * kWarpgroupThreads;
+    lane = ctid % 32;
+    tig = lane % 4;
+    rloc[0] = (ctid / 32) * 16 + lane / 4;
+    rloc[1] = rloc[0] + 8;
+  }
+};
+
+/// Whether the producer copied tile j of a piece row by row (its rule): every tile without TMA, and a partial last one.
+/// Such a tile was written through the generic proxy (wait_part).
+template <KvKind kKind>
+__device__ __forceinline__ bool tile_by_rows(bool use_tma, const Piece& pc, int32_t j) {
+  return kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
+}
+
+/// Zeroes a warpgroup's half of O for a new piece. Behind a (no-op) wait: ptxas serialises every wgmma of the kernel
+/// (warning C7515) when it cannot prove that no wgmma still accumulates into registers an ordinary instruction writes.
+__device__ __forceinline__ void zero_o(float (&o)[128]) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  fence_registers(o);
+}
+
+/// Writes this thread's columns of output half `half` of query row mrow (its row k) times inv: to out when the piece
+/// is the whole request, else to the piece's partial slot (fp32, for the combine).
+template <bool kBf16, bool kSparse>
+__device__ __forceinline__ void store_o_row(const DecodeParams& p, const Piece& pc, const float (&o)[128], int k,
+                                            int mrow, int half, int tig, float inv) {
+  const int col0 = half * (kDimV / 2) + 2 * tig;
+  if (pc.slot < 0) {
+    const int i = mrow / p.h_q;
+    const int h = mrow % p.h_q;
+    uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, pc.req, p.out_stride_b, p.out_stride_s) +
+                                                    int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      *reinterpret_cast<uint32_t*>(orow + (col0 + 8 * nt) * 2) =
+          pack_float2<kBf16>(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+    }
+  } else {
+    float* orow = p.part_out + (int64_t(pc.slot) * p.rows + mrow) * kDimV;
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      *reinterpret_cast<float2*>(orow + col0 + 8 * nt) = make_float2(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+    }
+  }
+}
+
+/// The S warpgroup (config.h): Q K^T, softmax and P V of output columns [0, 256) for every tile of the CTA's pieces,
+/// then each row's lse (and sparse max_logits) and output factor.
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
-__device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma, const Smem& sm,
-                                             const PartitionBounds& bounds, int partition, int row_block, int me,
-                                             int peer) {
-  const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
-  const int warp = ctid / 32;
-  const int lane = ctid % 32;
-  const int gid = lane / 4;
-  const int tig = lane % 4;
-  const int rloc[2] = {warp * 16 + gid, warp * 16 + gid + 8};  // this thread's rows in the 64-row block
+__device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_tma, const Smem& sm,
+                                                const PartitionBounds& bounds, int partition, int row_block, int peer) {
+  const AccLane at(kSWarpgroup);
+  const int lane = at.lane;
+  const int tig = at.tig;
   // fp8_e4m3: K and V were dequantised without the per-cache scale, which multiplies S (here) and O (epilogue).
   float kv_scale = 1.0f;
   if constexpr (kKind == KvKind::kE4M3) kv_scale = p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
   const float scale_log2 = p.softmax_scale * kv_scale * kLog2e;
-  const uint32_t v_half = uint32_t(me) * kVHalfChunks * kChunkBytes;  // this consumer's V columns
 
   float o[128];
   float s[32];
@@ -137,197 +190,191 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, bool use_tma
     int64_t limit[2];  // visible keys of this thread's rows: [0, limit)
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const int mrow = row_block * kRows + rloc[k];
+      const int mrow = row_block * kRows + at.rloc[k];
       limit[k] = kv_hi;
       if (p.causal && mrow < p.rows) limit[k] = min(kv_hi, causal_limit(p, pc.req, mrow / p.h_q, pc.len));
     }
-    // Zeroed behind a (no-op) wait: ptxas serialises every wgmma of the kernel (warning C7515) when it
-    // cannot prove that no wgmma still accumulates into registers an ordinary instruction writes.
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    fence_registers(o);
+    zero_o(o);
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
-    // Which tiles the producer copied row by row (its rule): every tile without TMA, and a partial last one.
-    auto by_rows = [&](int32_t j) {
-      return kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
-    };
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
-    if (int(g0 & 1) == me) issue_qk<kBf16, kDqk>(s, sm, g0, me, by_rows(0));
-    // Q is free for the next piece's copy as soon as this consumer's last Q K^T of the piece is done (below, in the
-    // branch of its last own tile), not only after the piece's last P V and epilogue: the producer copies the next
-    // Q meanwhile. A consumer that owns no tile of the piece gives it back now.
-    const bool owns_a_tile = n > 1 || int(g0 & 1) == me;
-    if (!owns_a_tile && lane == 0) mbar_arrive(sm.q_empty());
+    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind>(use_tma, pc, 0));
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
       const uint32_t st = g & 1;
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
-      const uint32_t v = sm.stage(st) + v_half;
-      float alpha[2];
-      if (int(st) == me) {  // ---- own tile: softmax, P V from registers, P to the other consumer ----
-        uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
-        if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, main_len, pc.len, lane);
-        if (j > 0) {
-          // The previous tile's P V (from shared memory) was committed before this tile's Q K^T groups: once it is
-          // done, its V half goes back to the producer, a whole Q K^T earlier than the wait for S below would.
-          wgmma_wait<Geometry<kDqk>::kParts>();
-          if (lane == 0) release(sm, st ^ 1, me, peer);
-        }
-        wgmma_wait<0>();
-        fence_registers(s);
-        fence_registers(o);
-        // Q K^T read the RoPE columns for the last time (V4 has no RoPE part: its columns are V's)
-        if (Geometry<kDqk>::kRopePart && lane == 0) release(sm, st, kPartRope, peer);
-        if (j + 2 >= n && lane == 0) mbar_arrive(sm.q_empty());  // this consumer's last Q K^T of the piece is done
-        float mx[2] = {-INFINITY, -INFINITY};
+      uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
+      if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, main_len, pc.len, lane);
+      // The previous tile's P V was committed before this tile's Q K^T groups: once it is done, V half 0 of its stage
+      // goes back to the producer, a whole Q K^T earlier than the wait for S below would.
+      wgmma_wait<Geometry<kDqk>::kParts>();
+      if (j > 0 && lane == 0) release(sm, st ^ 1, kPartHalf0, peer);
+      wgmma_wait<0>();
+      fence_registers(s);
+      fence_registers(o);
+      // Q K^T read the RoPE columns for the last time (V4 has no RoPE part: its columns are V's)
+      if (Geometry<kDqk>::kRopePart && lane == 0) release(sm, st, kPartRope, peer);
+      if (j + 1 == n && lane == 0) mbar_arrive(sm.q_empty());  // the piece's last Q K^T is done: Q may be replaced
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int col = 8 * (i / 4) + 2 * tig + (i & 1);
-          bool visible = t0 + col < limit[(i >> 1) & 1];
-          if constexpr (kSparse) visible = visible && ((valid >> col) & 1) != 0;
-          s[i] = visible ? s[i] * scale_log2 : -INFINITY;
-          mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-        }
-        float m_use[2];
+      for (int i = 0; i < 32; ++i) {
+        const int col = 8 * (i / 4) + 2 * tig + (i & 1);
+        bool visible = t0 + col < limit[(i >> 1) & 1];
+        if constexpr (kSparse) visible = visible && ((valid >> col) & 1) != 0;
+        s[i] = visible ? s[i] * scale_log2 : -INFINITY;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      }
+      float m_use[2], alpha[2];
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-          const float m_new = fmaxf(m[k], mx[k]);
-          m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
-          alpha[k] = exp2f(m[k] - m_use[k]);
-          m[k] = m_new;
-          if (tig == 0) {
-            sm.row_max()[rloc[k]] = m_new;
-            sm.alpha(st)[rloc[k]] = alpha[k];
-          }
-        }
-        consumer_barrier(kBarMaxBase + me, kConsumerThreads);
-        float psum[2] = {0.0f, 0.0f};
+      for (int k = 0; k < 2; ++k) {
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+        const float m_new = fmaxf(m[k], mx[k]);
+        m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
+        alpha[k] = exp2f(m[k] - m_use[k]);
+        m[k] = m_new;
+      }
+      float psum[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
-          psum[(i >> 1) & 1] += s[i];
-        }
+      for (int i = 0; i < 32; ++i) {
+        s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
+        psum[(i >> 1) & 1] += s[i];
+      }
 #pragma unroll
-        for (int k = 0; k < 2; ++k) l[k] = l[k] * alpha[k] + psum[k];
-        rescale(o, alpha);
+      for (int k = 0; k < 2; ++k) l[k] = l[k] * alpha[k] + psum[k];
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-        }
-        wgmma_fence();
+        for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      }
+      // P and alpha of the previous tile are no longer read by the V warpgroup (its P V is done): replace them.
+      if (j > 0) consumer_barrier(kBarPFree);
+      if (tig == 0) {
+        sm.alpha()[at.rloc[0]] = alpha[0];
+        sm.alpha()[at.rloc[1]] = alpha[1];
+      }
+      // P (row, token) at piece token / 8 of the row: pa[kk][2 t + k] holds rows k, tokens of n-tile 2 kk + t.
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb<kBf16>(o, pa[kk], v_operand(v + kk * 16 * 128));
-        wgmma_commit();
-        // P (row, token) at piece token / 8 of the row: pa[kk][2 t + k] holds rows k, tokens of n-tile 2 kk + t.
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            const uint32_t addr = sm.p() + swizzle128(uint32_t(rloc[k]), uint32_t(nt)) + 4 * tig;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[nt / 2][2 * (nt % 2) + k]) : "memory");
-          }
-        }
-        fence_proxy_async();  // the other consumer's wgmma reads P through the async proxy
-        consumer_barrier(kBarPBase + me, kConsumerThreads);
-      } else {  // ---- the other consumer's tile: rescale, P V from shared memory, next own Q K^T ----
-        // Only the previous tile's P V (P from registers) is in flight: its V half goes back to the producer as soon
-        // as it is done, before waiting for the owner's softmax of this tile.
-        wgmma_wait<0>();
-        fence_registers(o);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
-        if (lane == 0 && j > 0) release(sm, st ^ 1, me, peer);
-        consumer_barrier(kBarMaxBase + (1 - me), kConsumerThreads);
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-          alpha[k] = sm.alpha(st)[rloc[k]];
-          m[k] = sm.row_max()[rloc[k]];
+          const uint32_t addr = sm.p() + swizzle128(uint32_t(at.rloc[k]), uint32_t(nt)) + 4 * tig;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pa[nt / 2][2 * (nt % 2) + k]) : "memory");
         }
+      }
+      fence_proxy_async();  // the V warpgroup's wgmma reads P through the async proxy
+      consumer_barrier(kBarPReady);
+      rescale(o, alpha);
+      wgmma_fence();
+      const uint32_t v = sm.stage(st);  // V half 0: chunks 0-3 of the stage
 #pragma unroll
-        for (int k = 0; k < 2; ++k) l[k] *= alpha[k];
-        rescale(o, alpha);
-        consumer_barrier(kBarPBase + (1 - me), kConsumerThreads);
-        wait_part(sm, g, me, by_rows(j));  // complete long ago (the owner waited); this thread's own acquire
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n256k16_ss_tb<kBf16>(o, k_major(sm.p() + kk * 32), v_operand(v + kk * 16 * 128));
-        }
-        wgmma_commit();
-        if (j + 1 < n) issue_qk<kBf16, kDqk>(s, sm, g + 1, me, by_rows(j + 1));
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb<kBf16>(o, pa[kk], v_operand(v + kk * 16 * 128));
+      wgmma_commit();
+      if (j + 1 < n) {
+        consumer_barrier(kBarPV1Issued);  // the tensor cores take P V of half 1 before the next Q K^T
+        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind>(use_tma, pc, j + 1));
       }
     }
     wgmma_wait<0>();
     fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) fence_registers(pa[kk]);
-    if (lane == 0) release(sm, (g0 + n - 1) & 1, me, peer);  // the last tile's P V
+    if (lane == 0) release(sm, (g0 + n - 1) & 1, kPartHalf0, peer);  // the last tile's P V
 
-    // ---- epilogue: total row sums over both consumers, then out (or a partial) and lse ----
+    // ---- epilogue: each row's lse and output factor (for the V warpgroup too), then this half of the output ----
+    float inv[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
-      if (tig == 0) sm.row_sum(me)[rloc[k]] = l[k];
-    }
-    consumer_barrier(kBarRowSum, kConsumerThreads);
-    const bool direct = pc.slot < 0;
-    const int64_t slot = pc.slot;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int mrow = row_block * kRows + rloc[k];
+      const int mrow = row_block * kRows + at.rloc[k];
+      inv[k] = 0.0f;
       if (mrow >= p.rows) continue;
-      const float l_tot = sm.row_sum(0)[rloc[k]] + sm.row_sum(1)[rloc[k]];
-      const bool empty = !(l_tot > 0.0f);
-      const float lse = empty ? -INFINITY : (m[k] + log2f(l_tot)) * kLn2;
+      const bool empty = !(l[k] > 0.0f);
+      const float lse = empty ? -INFINITY : (m[k] + log2f(l[k])) * kLn2;
       const int i = mrow / p.h_q;
       const int h = mrow % p.h_q;
-      float inv = empty ? 0.0f : kv_scale / l_tot;
+      inv[k] = empty ? 0.0f : kv_scale / l[k];
+      const bool direct = pc.slot < 0;
       if constexpr (kSparse) {
-        if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
-        if (p.max_logits != nullptr && me == 0 && tig == 0) {
+        if (direct && !empty) inv[k] *= sink_factor(p, h, lse);  // a split row gets it in the combine
+        if (p.max_logits != nullptr && tig == 0) {
           // m is the row's largest visible logit times log2(e) (tau and kv_scale folded in), final after the last tile.
           const float max_logit = empty ? -INFINITY : m[k] * kLn2;
           if (direct) {
             p.max_logits[request_offset<kSparse>(p, pc.req, p.max_logits_stride_b, p.max_logits_stride_s) +
                          int64_t(i) * p.max_logits_stride_s + int64_t(h) * p.max_logits_stride_h] = max_logit;
           } else {
-            p.part_max[slot * p.rows + mrow] = max_logit;  // the combine takes the largest over the splits
+            p.part_max[int64_t(pc.slot) * p.rows + mrow] = max_logit;  // the combine takes the largest over the splits
           }
         }
       }
-      const int col0 = me * (kDimV / 2) + 2 * tig;
-      if (direct) {
-        uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, pc.req, p.out_stride_b, p.out_stride_s) +
-                                                        int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
-#pragma unroll
-        for (int nt = 0; nt < 32; ++nt) {
-          *reinterpret_cast<uint32_t*>(orow + (col0 + 8 * nt) * 2) =
-              pack_float2<kBf16>(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
-        }
-        if (p.lse != nullptr && me == 0 && tig == 0) {
+      if (tig == 0) {
+        sm.o_scale()[at.rloc[k]] = inv[k];
+        if (!direct) {
+          p.part_lse[int64_t(pc.slot) * p.rows + mrow] = lse;
+        } else if (p.lse != nullptr) {
           p.lse[request_offset<kSparse>(p, pc.req, p.lse_stride_b, p.lse_stride_s) + int64_t(i) * p.lse_stride_s +
                 int64_t(h) * p.lse_stride_h] = lse;
         }
-      } else {
-        float* orow = p.part_out + (slot * p.rows + mrow) * kDimV;
-#pragma unroll
-        for (int nt = 0; nt < 32; ++nt) {
-          *reinterpret_cast<float2*>(orow + col0 + 8 * nt) = make_float2(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
-        }
-        if (me == 0 && tig == 0) p.part_lse[slot * p.rows + mrow] = lse;
       }
     }
-    consumer_barrier(kBarRowSum, kConsumerThreads);  // both read the sums before the next piece rewrites them
+    consumer_barrier(kBarEpilogue);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int mrow = row_block * kRows + at.rloc[k];
+      if (mrow < p.rows) store_o_row<kBf16, kSparse>(p, pc, o, k, mrow, 0, tig, inv[k]);
+    }
     g0 += n;
     ++piece;
+  });
+}
+
+/// The V warpgroup (config.h): rescales output columns [256, 512) and adds P V into them for every tile, then writes
+/// them with the factors the S warpgroup left in the epilogue.
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
+__device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_tma, const Smem& sm,
+                                                const PartitionBounds& bounds, int partition, int row_block, int peer) {
+  const AccLane at(kVWarpgroup);
+  float o[128];
+  uint32_t g0 = 0;  // tiles of this CTA before the current piece
+
+  for_each_piece<kSparse>(p, bounds, partition, kTileShift, [&](const Piece& pc) {
+    const int32_t n = pc.n_tiles;
+    zero_o(o);
+    for (int32_t j = 0; j < n; ++j) {
+      const uint32_t g = g0 + j;
+      const uint32_t st = g & 1;
+      consumer_barrier(kBarPReady);
+      const float alpha[2] = {sm.alpha()[at.rloc[0]], sm.alpha()[at.rloc[1]]};
+      rescale(o, alpha);
+      // Complete long ago (the S warpgroup's Q K^T waited for it): this thread's own acquire of the stage's half 1.
+      wait_part(sm, g, kPartHalf1, tile_by_rows<kKind>(use_tma, pc, j));
+      wgmma_fence();
+      const uint32_t v = sm.stage(st) + kVHalfChunks * kChunkBytes;  // V half 1: chunks 4-7 of the stage
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_m64n256k16_ss_tb<kBf16>(o, k_major(sm.p() + kk * 32), v_operand(v + kk * 16 * 128));
+      }
+      wgmma_commit();
+      // A bar.sync, though this side waits for nothing there: with barrier.arrive, compute-sanitizer racecheck lost the
+      // ordering of the other barriers and reported the exchanges of alpha and the output factors as races.
+      if (j + 1 < n) consumer_barrier(kBarPV1Issued);
+      wgmma_wait<0>();
+      fence_registers(o);
+      if (at.lane == 0) release(sm, st, kPartHalf1, peer);
+      if (j + 1 < n) consumer_barrier(kBarPFree);
+    }
+    // ---- epilogue: the S warpgroup's output factors, then this half of the output ----
+    consumer_barrier(kBarEpilogue);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int mrow = row_block * kRows + at.rloc[k];
+      if (mrow < p.rows) store_o_row<kBf16, kSparse>(p, pc, o, k, mrow, 1, at.tig, sm.o_scale()[at.rloc[k]]);
+    }
+    g0 += n;
   });
 }
 

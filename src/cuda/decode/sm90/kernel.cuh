@@ -1,7 +1,7 @@
 #pragma once
 // The Hopper (sm_90a) decode kernel, dense (issue 8, docs/spec.md section 1) or sparse (kSparse: issue 9,
 // section 2; requests are query tokens, rows are gathered through indices): barrier set-up, then one branch per
-// warpgroup role (producer.cuh, consumer.cuh). Compiled only for sm_90a (wgmma, setmaxnreg).
+// warpgroup role (producer.cuh, consumer.cuh: the S and V warpgroups). Compiled only for sm_90a (wgmma, setmaxnreg).
 
 #include <cuda.h>
 
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     mbar_init(sm.q_full(), kWarpgroupThreads);
-    mbar_init(sm.q_empty(), kConsumers * kReleaseArrivals);
+    mbar_init(sm.q_empty(), kReleaseArrivals);  // only the S warpgroup reads Q
     fence_barrier_init();
   }
   __syncthreads();
@@ -66,10 +66,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
     run_producer<kBf16, kKind, kSparse, kDqk>(p, &kv_map, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x),
                                               peer);
+  } else if (wg == kSWarpgroup) {
+    setmaxnreg_inc<kSRegs>();
+    run_s_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), wg,
-                                              peer);
+    setmaxnreg_dec<kVRegs>();
+    run_v_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
   if (peer >= 0) cluster_sync();

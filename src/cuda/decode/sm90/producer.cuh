@@ -137,7 +137,8 @@ __device__ __forceinline__ const uint8_t* q_row(const DecodeParams& p, int32_t r
 /// Copies the 64 query rows of block `row_block` of request `req` (all producer threads): thread t takes the 16-byte
 /// piece t % 8 of every chunk of rows t / 8 + 16 k, as gather_rows does for KV rows, so that it finds 4 row addresses
 /// instead of one per copy. `t` passes through an empty asm first: otherwise ptxas hoists the per-copy offsets out
-/// of the tile loop, and with 72 registers it spilled them and reloaded them right when Q is awaited (2026-11-25).
+/// of the tile loop, and with the 72 registers it had then it spilled them and reloaded them right when Q is awaited
+/// (2026-11-25).
 template <bool kSparse, int kDqk>
 __device__ __forceinline__ void load_q(const DecodeParams& p, int32_t req, int row_block, uint32_t dst, int ptid) {
   int t = ptid;
@@ -204,8 +205,8 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       const uint32_t stage = sm.stage(st);
       GatherRows rows{};
       if constexpr (kSparse) rows = gather_rows(p, pc.req, t0, main_len, pc.len, ptid);
-      // The order the owner (consumer st) computes Q K^T in: RoPE (V3 only), its own V half, the other half.
-      const int order[3] = {kPartRope, int(st), int(st ^ 1)};
+      // The order the S warpgroup computes Q K^T in: RoPE (V3 only), V half 0, V half 1.
+      constexpr int order[3] = {kPartRope, kPartHalf0, kPartHalf1};
 #pragma unroll
       for (int k = 3 - Geometry<kDqk>::kParts; k < 3; ++k) {
         const int part = order[k];

@@ -15,9 +15,9 @@
 // fp8_ds_v4 rows (DeepSeek V4) keep their scales in the page's scale block, not in the row: the row lookup
 // (kv_row_ref) returns both addresses, and the prefetch covers the token block and the scale block.
 //
-// What limits it (docs/performance.md): 72 registers per producer thread hold one pass of loads (two passes per
-// tile without a pair, each waited for before it is converted), and the conversions issue from the same 4 warps.
-// With pairs at 128 heads the consumers' row-maximum exchange is the larger stall (the 2026-11-25 profile).
+// What limits it (docs/performance.md): one pass of loads is in flight at a time (two passes per tile without a
+// pair, each waited for before it is converted; sized for the 72 registers the producer had until 2026-11-27, it
+// now has 128), and the conversions issue from the same 4 warps.
 
 #include <cstdint>
 #include <type_traits>

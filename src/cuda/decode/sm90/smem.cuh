@@ -18,10 +18,10 @@ struct Smem {
   __device__ uint32_t empty(uint32_t s, int part) const { return base + SmemLayout::empty + (s * kParts + part) * 8; }
   __device__ uint32_t q_full() const { return base + SmemLayout::q_full; }
   __device__ uint32_t q_empty() const { return base + SmemLayout::q_empty; }
-  __device__ float* row_max() const { return reinterpret_cast<float*>(ptr + SmemLayout::row_max); }
-  __device__ float* alpha(uint32_t s) const { return reinterpret_cast<float*>(ptr + SmemLayout::alpha) + s * kRows; }
-  /// Row sums of consumer w in the epilogue.
-  __device__ float* row_sum(int w) const { return reinterpret_cast<float*>(ptr + SmemLayout::row_sum) + w * kRows; }
+  /// The rescale factors of the last tile's rows (S warpgroup to V warpgroup).
+  __device__ float* alpha() const { return reinterpret_cast<float*>(ptr + SmemLayout::alpha); }
+  /// Each row's output factor in the epilogue: kv_scale / row sum (times the sink factor), 0 for an empty row.
+  __device__ float* o_scale() const { return reinterpret_cast<float*>(ptr + SmemLayout::o_scale); }
 };
 
 }  // namespace mlakit::cuda::decode::sm90

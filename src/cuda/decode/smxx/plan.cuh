@@ -32,7 +32,7 @@ __device__ inline int32_t request_main_len(const RequestLengths& l, int32_t r) {
 
 /// KV length of plan request r (RequestLengths), in [0, cap] (sparse with an extra cache: main + extra columns).
 /// kSparse = false is dense decode's special case (fold 1, lengths always given, no cap), spelled out so that the
-/// dense kernels carry no division or clamp: the Hopper producer has 72 registers, and each one it loses spills.
+/// dense kernels carry no division or clamp: the Hopper producer had 72 registers when it was written (128 now).
 template <bool kSparse>
 __device__ inline int32_t request_len(const RequestLengths& l, int32_t r) {
   if constexpr (kSparse) {
