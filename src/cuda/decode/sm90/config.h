@@ -29,7 +29,7 @@ inline constexpr int kSwizzleValues = 64;                       // 16-bit values
 inline constexpr int kChunks = kDimQK / kSwizzleValues;        // 9 column chunks of a KV or Q row
 inline constexpr int kChunkBytes = 64 * 128;                    // a chunk of 64 rows (tokens or query rows)
 inline constexpr int kTileBytes = kChunks * kChunkBytes;        // 72 KB: one KV tile, or the Q block
-inline constexpr int kVHalfChunks = kDimV / 2 / kSwizzleValues;  // 4 chunks of V per consumer
+inline constexpr int kVHalfChunks = kDimV / 2 / kSwizzleValues;  // 4 chunks of V per output half
 inline constexpr int kRopeChunk = kDimV / kSwizzleValues;       // chunk 8
 inline constexpr int kStages = 2;
 

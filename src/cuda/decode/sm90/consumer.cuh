@@ -249,7 +249,10 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
 #pragma unroll
         for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
       }
-      // P and alpha of the previous tile are no longer read by the V warpgroup (its P V is done): replace them.
+      // P and alpha of the previous tile are no longer read by the V warpgroup (its P V is done): replace them. The
+      // first tile of a piece needs no such barrier: the V warpgroup finished the previous piece's last P V and read
+      // its alpha before kBarEpilogue. That holds because both warpgroups walk every piece and every piece has at
+      // least one tile (for_each_piece); a role that skipped a piece or left early would race here and on o_scale.
       if (j > 0) consumer_barrier(kBarPFree);
       if (tig == 0) {
         sm.alpha()[at.rloc[0]] = alpha[0];
@@ -359,8 +362,9 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
         wgmma_m64n256k16_ss_tb<kBf16>(o, k_major(sm.p() + kk * 32), v_operand(v + kk * 16 * 128));
       }
       wgmma_commit();
-      // A bar.sync, though this side waits for nothing there: with barrier.arrive, compute-sanitizer racecheck lost the
-      // ordering of the other barriers and reported the exchanges of alpha and the output factors as races.
+      // A bar.sync, though this side publishes nothing there (it only waits until the S warpgroup has issued its P V
+      // of half 0): with barrier.arrive, compute-sanitizer racecheck lost the ordering of the other barriers and
+      // reported the exchanges of alpha and the output factors as races.
       if (j + 1 < n) consumer_barrier(kBarPV1Issued);
       wgmma_wait<0>();
       fence_registers(o);
@@ -368,6 +372,8 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
       if (j + 1 < n) consumer_barrier(kBarPFree);
     }
     // ---- epilogue: the S warpgroup's output factors, then this half of the output ----
+    // No second barrier after the reads of o_scale: the S warpgroup rewrites it only in the next piece's epilogue,
+    // after that piece's first kBarPReady, which this warpgroup reaches only once these reads are done.
     consumer_barrier(kBarEpilogue);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
