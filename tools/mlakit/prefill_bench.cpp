@@ -191,15 +191,15 @@ Status apply_prefill_overrides(const Args& args, bool on_cpu, std::vector<Prefil
     *specs = {s};
   }
   for (PrefillBenchSpec& s : *specs) {
-    if (on_cpu && explicit_shape) {
-      s.h_q = std::min(s.h_q, kCpuHeads);  // the lengths asked for, at the CPU's head count
-    } else if (on_cpu) {
+    if (on_cpu) {
       s.h_q = std::min(s.h_q, kCpuHeads);
-      for (auto& [lq, lk] : s.lens) {
-        lq = std::max<int64_t>(1, lq / kCpuShrink);
-        lk = std::max<int64_t>(lq, lk / kCpuShrink);
+      if (!explicit_shape) {  // the preset's lengths shrunk; lengths asked for are kept
+        for (auto& [lq, lk] : s.lens) {
+          lq = std::max<int64_t>(1, lq / kCpuShrink);
+          lk = std::max<int64_t>(lq, lk / kCpuShrink);
+        }
+        s.cudnn_ms = 0;
       }
-      s.cudnn_ms = 0;
     }
     MLAKIT_TRY(args.get_int("heads", s.h_q, &s.h_q));
     if (args.has("heads")) s.cudnn_ms = 0;  // no longer the anchor's shape
