@@ -72,42 +72,75 @@ __device__ __forceinline__ void copy_row_piece(uint32_t dst, const RowRef& ref, 
   }
 }
 
-/// Dequantises one raw fp8 tile (kBlockN rows) into the 16-bit compute tile.
+/// Which vectors of a row a call may see: any, or (fp8_ds_mla) only latent ones or only RoPE ones, so that the branch
+/// between the two is resolved at compile time where the caller knows the side.
+enum class VecSide { kAny, kLatent, kRope };
+
+/// The 8 values of output vector `ch` (columns [8 ch, 8 ch + 8)) of a raw fp8 row, dequantised into q's type.
+template <bool kBf16, KvKind kKind, int kDqk, VecSide kSide = VecSide::kAny>
+__device__ __forceinline__ uint4 dequant_vector(const uint8_t* row, int ch) {
+  if constexpr (kKind == KvKind::kE4M3) {
+    return e4m3x8_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16));
+  } else if constexpr (kKind == KvKind::kDsV4) {
+    constexpr int kLatentChunks = ds_v4::kDimC / kVec16;         // 56
+    constexpr int kChunksPerGroup = ds_v4::kGroupSize / kVec16;  // 8
+    if (ch < kLatentChunks) {
+      const uint2 in = *reinterpret_cast<const uint2*>(row + ch * kVec16);
+      const float s = ue8m0_to_float(row[ds_v4::kTokenBytes + ch / kChunksPerGroup]);
+      if constexpr (kBf16) {
+        // A UE8M0 scale is a power of two: multiplied in bf16 (dequant.cuh), bit-identical to the fp32 route.
+        return e4m3x8_pow2_scaled_to_bf16(in, __float2bfloat162_rn(s));
+      } else {
+        return e4m3x8_scaled_to<kBf16>(in, s);
+      }
+    }
+    return bf16x8_to<kBf16>(*reinterpret_cast<const uint4*>(row + ds_v4::kRopeOffset + (ch - kLatentChunks) * kChunk));
+  } else {  // kDsMla
+    constexpr int kLatentChunks = ds_mla::kDimC / kVec16;         // 64
+    constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;  // 16
+    if (kSide == VecSide::kLatent || (kSide == VecSide::kAny && ch < kLatentChunks)) {
+      const float s =
+          *reinterpret_cast<const float*>(row + ds_mla::kScaleOffset + (ch / kChunksPerGroup) * int(sizeof(float)));
+      return e4m3x8_scaled_to<kBf16>(*reinterpret_cast<const uint2*>(row + ds_mla::kQuantOffset + ch * kVec16), s);
+    }
+    return bf16x8_to<kBf16>(*reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + (ch - kLatentChunks) * kChunk));
+  }
+}
+
+/// Dequantises one raw fp8 tile (kBlockN rows) into the 16-bit compute tile. The vectors of a row are taken in two
+/// passes of power-of-two width (its first 64 vectors, then the 8 left in V3's geometry), so that each thread keeps one
+/// vector index for a whole pass and only steps from row to row: with one flat index over rows x 72 vectors every
+/// vector cost a division and a remainder by 72 (the conversion was about 60% of this kernel's instructions per key
+/// at 16 query rows, docs/experiments/smxx-sparse-few-rows-study.md). Consecutive threads still take consecutive
+/// vectors of a row, so the raw reads and the tile writes stay free of bank conflicts.
 template <bool kBf16, KvKind kKind, int kThreads, int kDqk>
 __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, int tid) {
   constexpr int kOutChunks = kDqk / kVec16;  // 72 (V3) or 64 (V4) vectors of 8 values per row
-  static_assert(kBlockN * kOutChunks % kThreads == 0, "every thread converts the same number of vectors");
-  // Unrolled by 4 so that independent shared-memory loads of several vectors are in flight at once.
+  constexpr int kFirst = 64;                 // vectors of the first pass
+  constexpr int kRest = kOutChunks - kFirst;  // 8 (V3) or 0
+  constexpr int kStride = RawRow<kKind, kDqk>::kStride;
+  static_assert(kOutChunks >= kFirst && kThreads % kFirst == 0 && (kRest == 0 || kThreads % kRest == 0),
+                "each pass gives every thread one vector index");
+  static_assert(kBlockN % (kThreads / kFirst) == 0 && (kRest == 0 || kBlockN % (kThreads / kRest) == 0),
+                "every thread converts the same number of vectors");
+  // fp8_ds_mla: the first pass is its 64 e4m3 vectors, the second its 8 bf16 RoPE ones.
+  constexpr bool kDsMla = kKind == KvKind::kDsMla;
+  static_assert(!kDsMla || ds_mla::kDimC / kVec16 == kFirst, "fp8_ds_mla's passes are its latent and RoPE parts");
+  {
+    const int ch = tid % kFirst;
 #pragma unroll 4
-  for (int c = tid; c < kBlockN * kOutChunks; c += kThreads) {
-    const int tok = c / kOutChunks;
-    const int ch = c % kOutChunks;
-    const uint8_t* row = raw + tok * RawRow<kKind, kDqk>::kStride;
-    uint4 o;
-    if constexpr (kKind == KvKind::kE4M3) {
-      o = e4m3x8_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16));
-    } else if constexpr (kKind == KvKind::kDsV4) {
-      constexpr int kLatentChunks = ds_v4::kDimC / kVec16;         // 56
-      constexpr int kChunksPerGroup = ds_v4::kGroupSize / kVec16;  // 8
-      if (ch < kLatentChunks) {
-        const float s = ue8m0_to_float(row[ds_v4::kTokenBytes + ch / kChunksPerGroup]);
-        o = e4m3x8_scaled_to<kBf16>(*reinterpret_cast<const uint2*>(row + ch * kVec16), s);
-      } else {
-        o = bf16x8_to<kBf16>(*reinterpret_cast<const uint4*>(row + ds_v4::kRopeOffset + (ch - kLatentChunks) * kChunk));
-      }
-    } else {  // kDsMla
-      constexpr int kLatentChunks = ds_mla::kDimC / kVec16;         // 64
-      constexpr int kChunksPerGroup = ds_mla::kGroupSize / kVec16;  // 16
-      if (ch < kLatentChunks) {
-        const float s = *reinterpret_cast<const float*>(row + ds_mla::kScaleOffset +
-                                                        (ch / kChunksPerGroup) * int(sizeof(float)));
-        o = e4m3x8_scaled_to<kBf16>(*reinterpret_cast<const uint2*>(row + ds_mla::kQuantOffset + ch * kVec16), s);
-      } else {
-        o = bf16x8_to<kBf16>(
-            *reinterpret_cast<const uint4*>(row + ds_mla::kRopeOffset + (ch - kLatentChunks) * kChunk));
-      }
+    for (int tok = tid / kFirst; tok < kBlockN; tok += kThreads / kFirst) {
+      *reinterpret_cast<uint4*>(tile + tok * kSmemRowBytes + ch * kChunk) =
+          dequant_vector<kBf16, kKind, kDqk, kDsMla ? VecSide::kLatent : VecSide::kAny>(raw + tok * kStride, ch);
     }
-    *reinterpret_cast<uint4*>(tile + tok * kSmemRowBytes + ch * kChunk) = o;
+  }
+  if constexpr (kRest > 0) {
+    const int ch = kFirst + tid % kRest;
+#pragma unroll
+    for (int tok = tid / kRest; tok < kBlockN; tok += kThreads / kRest) {
+      *reinterpret_cast<uint4*>(tile + tok * kSmemRowBytes + ch * kChunk) =
+          dequant_vector<kBf16, kKind, kDqk, kDsMla ? VecSide::kRope : VecSide::kAny>(raw + tok * kStride, ch);
+    }
   }
 }
 
