@@ -124,9 +124,10 @@ struct AccLane {
 
 /// Whether the producer copied tile j of a piece row by row (its rule): every tile without TMA, and a partial last one.
 /// Such a tile was written through the generic proxy (wait_part).
-template <KvKind kKind>
+template <KvKind kKind, bool kSparse>
 __device__ __forceinline__ bool tile_by_rows(bool use_tma, const Piece& pc, int32_t j) {
-  return kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
+  // Sparse tiles are always gathered row by row (the host never asks for TMA there, and the producer would not use it).
+  return kSparse || kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
 }
 
 /// Zeroes a warpgroup's half of O for a new piece. Behind a (no-op) wait: ptxas serialises every wgmma of the kernel
@@ -199,7 +200,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
     l[0] = l[1] = 0.0f;
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
-    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind>(use_tma, pc, 0));
+    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind, kSparse>(use_tma, pc, 0));
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -277,7 +278,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       wgmma_commit();
       if (j + 1 < n) {
         consumer_barrier(kBarPV1Issued);  // the tensor cores take P V of half 1 before the next Q K^T
-        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind>(use_tma, pc, j + 1));
+        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind, kSparse>(use_tma, pc, j + 1));
       }
     }
     wgmma_wait<0>();
@@ -354,7 +355,7 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
       const float alpha[2] = {sm.alpha()[at.rloc[0]], sm.alpha()[at.rloc[1]]};
       rescale(o, alpha);
       // Complete long ago (the S warpgroup's Q K^T waited for it): this thread's own acquire of the stage's half 1.
-      wait_part(sm, g, kPartHalf1, tile_by_rows<kKind>(use_tma, pc, j));
+      wait_part(sm, g, kPartHalf1, tile_by_rows<kKind, kSparse>(use_tma, pc, j));
       wgmma_fence();
       const uint32_t v = sm.stage(st) + kVHalfChunks * kChunkBytes;  // V half 1: chunks 4-7 of the stage
 #pragma unroll
