@@ -44,13 +44,13 @@ __device__ uint8_t* aligned_smem(uint8_t* raw) {
 }
 
 /// Stores rows x (chunks x 64) 16-bit values from global (row-major, `ld` values per row) into `chunks`
-/// swizzled blocks of 64 rows (rows <= 64).
-__device__ void to_swizzled(const uint16_t* src, int rows, int chunks, int ld, uint8_t* dst) {
+/// swizzled blocks `chunk_bytes` apart (rows <= chunk_bytes / 128).
+__device__ void to_swizzled(const uint16_t* src, int rows, int chunks, int ld, uint8_t* dst, int chunk_bytes = kChunk) {
   for (int idx = threadIdx.x; idx < rows * chunks * 8; idx += blockDim.x) {
     const int row = idx / (chunks * 8);
     const int c = (idx / 8) % chunks;
     const int piece = idx % 8;
-    *reinterpret_cast<uint4*>(dst + c * kChunk + swizzle128(row, piece)) =
+    *reinterpret_cast<uint4*>(dst + c * chunk_bytes + swizzle128(row, piece)) =
         *reinterpret_cast<const uint4*>(src + row * ld + c * 64 + piece * 8);
   }
 }
@@ -84,6 +84,32 @@ __global__ void qk_kernel(const uint16_t* a, const uint16_t* b, float* d) {
     int r, col;
     acc_pos(i, &r, &col);
     d[r * 64 + col] = acc[i];
+  }
+}
+
+// D[64 x 128] = A[64 x 128] B[128 x 128]^T, both K-major over two chunks (B's chunks of 128 rows, 16 KB): the
+// m64n128k16 form of the Hopper prefill's Q K^T.
+__global__ void qk128_kernel(const uint16_t* a, const uint16_t* b, float* d) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* sm = aligned_smem(raw);
+  to_swizzled(a, 64, 2, 128, sm);
+  to_swizzled(b, 128, 2, 128, sm + 2 * kChunk, 2 * kChunk);
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t sa = smem_addr(sm), sb = sa + 2 * kChunk;
+  float acc[64];
+  wgmma_fence();
+  for (int c = 0; c < 2; ++c)
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_m64n128k16_ss<true>(acc, wgmma_desc(sa + c * kChunk + kk * 32, 16, 1024),
+                                wgmma_desc(sb + c * 2 * kChunk + kk * 32, 16, 1024), c + kk);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(acc);
+  for (int i = 0; i < 64; ++i) {
+    int r, col;
+    acc_pos(i, &r, &col);
+    d[r * 128 + col] = acc[i];
   }
 }
 
@@ -266,6 +292,29 @@ TEST(PtxSm90, WgmmaKMajorBothOperands) {
   for (int m = 0; m < 64; ++m)
     for (int n = 0; n < 64; ++n)
       for (int k = 0; k < 128; ++k) want[m * 64 + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
+  EXPECT_LT(worst_error(got, want), 1e-5);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+}
+
+TEST(PtxSm90, WgmmaKMajorBothOperandsN128) {
+  SKIP_UNLESS_HOPPER();
+  const auto a = random_bf16(64 * 128, 5), b = random_bf16(128 * 128, 6);
+  uint16_t *da = device_copy(a), *db = device_copy(b);
+  float* dd = nullptr;
+  CUDA_OK(cudaMalloc(&dd, 64 * 128 * 4));
+  CUDA_OK(cudaMemset(dd, 0xFF, 64 * 128 * 4));
+  CUDA_OK(cudaFuncSetAttribute(qk128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 7 * kChunk));
+  qk128_kernel<<<1, 128, 7 * kChunk>>>(da, db, dd);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> got(64 * 128);
+  CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> want(64 * 128, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 128; ++n)
+      for (int k = 0; k < 128; ++k)
+        want[m * 128 + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
   EXPECT_LT(worst_error(got, want), 1e-5);
   cudaFree(da);
   cudaFree(db);

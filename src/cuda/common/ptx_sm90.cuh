@@ -255,6 +255,25 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
   }
 }
 
+// D (64 x 128, fp32) (+)= A (64 x 16, smem, K-major) * B (16 x 128, smem, K-major). scale_d = 0 overwrites D: the
+// Hopper prefill's Q K^T over 128-key tiles.
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MLAKIT_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : MLAKIT_WGMMA_D64_OPERANDS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MLAKIT_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : MLAKIT_WGMMA_D64_OPERANDS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+
 // D (64 x 256, fp32) += A (64 x 16, smem, K-major) * B (16 x 256, smem, MN-major).
 template <bool kBf16>
 __device__ __forceinline__ void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {

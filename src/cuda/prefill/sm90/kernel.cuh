@@ -4,11 +4,11 @@
 //   0, 1  consumers: 64 rows each, every key tile: S = Q K^T (wgmma, Q and K from shared memory), the online
 //         softmax in fp32, O += P V (P from registers, V from shared memory), the previous tile's P V running
 //         under each softmax; no state is shared between them;
-//   2     producer: Q once by TMA, then the K and V tiles of 64 keys into a ring of kStages stages: TMA boxes for
+//   2     producer: Q once by TMA, then the K and V tiles of 128 keys into a ring of kStages stages: TMA boxes for
 //         whole tiles, cp.async rows for a request's partial last tile (rows past its keys zero-filled, so that
 //         P = 0 never meets a NaN of memory that is not the request's).
-// The two consumers overlap each other (one's softmax under the other's products); a stage is refilled once both
-// released it.
+// The two consumers overlap each other (one's softmax under the other's products); the K (or V) part of a stage is
+// refilled once both released it: K right after their Q K^T of the tile, V after their P V.
 
 #include <cuda.h>
 
@@ -24,22 +24,27 @@ namespace mlakit::cuda::prefill::sm90 {
 inline constexpr int kRowsPerConsumer = 64;  // the wgmma M
 inline constexpr int kConsumers = 2;
 inline constexpr int kBlockM = kRowsPerConsumer * kConsumers;
-inline constexpr int kBlockN = 64;  // keys per tile
-inline constexpr int kStages = 4;
+inline constexpr int kBlockN = 128;  // keys per tile: Q K^T as m64n128k16 (flash-attention 3's tile for d 192 / 128)
+inline constexpr int kStages = 2;
 inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 inline constexpr int kProducer = kConsumers;  // warpgroup index
 inline constexpr int kChunkValues = 64;       // 16-bit values per 128-byte swizzled row
-inline constexpr int kTileChunkBytes = kBlockN * 128;  // a 64-column chunk of a K or V tile (8 KB)
+inline constexpr int kTileChunkBytes = kBlockN * 128;  // a 64-column chunk of a K or V tile (16 KB)
+inline constexpr int kConsumerRowBytes = kRowsPerConsumer * 128;  // one consumer's 64 rows of a Q chunk (8 KB)
+inline constexpr int kBoxRows = 64;  // rows of a TMA box (the host's tensor maps): a K or V chunk takes kBlockN / 64
 inline constexpr int kQChunkBytes = kBlockM * 128;     // a 64-column chunk of the Q block (16 KB)
 inline constexpr int kReleaseArrivals = kConsumers * kWarpgroupThreads / 32;  // one per consumer warp
-/// Registers per thread after setmaxnreg (the launch allows 168 at 384 threads): the consumers hold O (64), S (32)
-/// and P (16) and spilled at 168, the producer spilled at 40 (ptxas -v: none at 56 / 224). The consumers take
+/// Registers per thread after setmaxnreg (the launch allows 168 at 384 threads): the consumers hold O (64), S (64)
+/// and P (32) and spilled at 168, the producer spilled at 40 (ptxas -v: none at 56 / 224). The consumers take
 /// what the producer gives back, no more (setmaxnreg.inc draws on the CTA's released registers).
 inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
 inline constexpr int kConsumerRegs = 224;
 inline constexpr int kProducerRegs = 56;
 static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs);
+
+inline constexpr int kOperands = 2;  // K and V: each part of a stage has its own full and empty barrier
+enum Operand : int { kK = 0, kV = 1 };
 
 template <int kDQK, int kDV>
 struct Layout {
@@ -49,9 +54,11 @@ struct Layout {
   static constexpr int k_stage = kQChunks * kTileChunkBytes;
   static constexpr int stage_bytes = k_stage + kVChunks * kTileChunkBytes;  // K chunks, then V chunks
   static constexpr int stage0 = kQChunks * kQChunkBytes;
-  static constexpr int full = stage0 + kStages * stage_bytes;  // uint64 [kStages]
-  static constexpr int empty = full + kStages * 8;            // uint64 [kStages]
-  static constexpr int q_full = empty + kStages * 8;          // uint64
+  // K and V of a stage have their own barriers (kOperands: K, then V): K is given back as soon as its Q K^T is done,
+  // a whole softmax and P V before V, so that the next tile's K loads meanwhile (two stages leave no other slack).
+  static constexpr int full = stage0 + kStages * stage_bytes;  // uint64 [kOperands][kStages]
+  static constexpr int empty = full + kOperands * kStages * 8;  // uint64 [kOperands][kStages]
+  static constexpr int q_full = empty + kOperands * kStages * 8;  // uint64
   static constexpr int total = q_full + 8;
   static constexpr int alloc = total + 1024;  // slack to align the base to 1024 bytes
   static_assert(kDQK % kChunkValues == 0 && kDV == 128, "d_v = 128: the P V wgmma is m64n128k16");
@@ -88,7 +95,7 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
     mbar_arrive_expect_tx(base + L::q_full, uint32_t(L::kQChunks * kQChunkBytes));
     for (int c = 0; c < L::kQChunks; ++c) {
       for (int half = 0; half < kConsumers; ++half) {
-        tma_load_3d(base + L::q + c * kQChunkBytes + half * kTileChunkBytes, q_map, base + L::q_full, c * kChunkValues,
+        tma_load_3d(base + L::q + c * kQChunkBytes + half * kConsumerRowBytes, q_map, base + L::q_full, c * kChunkValues,
                     h, int32_t(b.q0 + b.m0 + half * kRowsPerConsumer));
       }
     }
@@ -96,25 +103,31 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int st = t % kStages;
     const uint32_t stage = base + L::stage0 + st * L::stage_bytes;
-    const uint32_t full = base + L::full + st * 8;
-    mbar_wait(base + L::empty + st * 8, ((t / kStages) & 1) ^ 1);  // a fresh barrier counts as freed once
     const int64_t key = b.k0 + int64_t(t) * kBlockN;
-    if (tile_by_rows(b, t)) {
-      const int valid = int(b.lk - int64_t(t) * kBlockN);
-      load_rows(stage, p.k + (key * p.k_stride_t + int64_t(h) * p.k_stride_h) * 2, p.k_stride_t, L::kQChunks, valid, ptid);
-      load_rows(stage + L::k_stage, p.v + (key * p.v_stride_t + int64_t(h) * p.v_stride_h) * 2, p.v_stride_t,
-                L::kVChunks, valid, ptid);
-      mbar_arrive_on_cp_async(full);
-    } else if (ptid == 0) {
-      mbar_arrive_expect_tx(full, uint32_t(L::stage_bytes));
-      for (int c = 0; c < L::kQChunks; ++c) {
-        tma_load_3d(stage + c * kTileChunkBytes, k_map, full, c * kChunkValues, h, int32_t(key));
+    const bool by_rows = tile_by_rows(b, t);
+#pragma unroll
+    for (int w = kK; w <= kV; ++w) {  // K, then V, each once its part of the stage is free
+      const uint32_t full = base + L::full + (w * kStages + st) * 8;
+      mbar_wait(base + L::empty + (w * kStages + st) * 8, ((t / kStages) & 1) ^ 1);  // a fresh barrier counts as freed once
+      const uint32_t dst = stage + (w == kK ? 0 : L::k_stage);
+      const int chunks = w == kK ? L::kQChunks : L::kVChunks;
+      if (by_rows) {
+        const int valid = int(b.lk - int64_t(t) * kBlockN);
+        const uint8_t* src = w == kK ? p.k + (key * p.k_stride_t + int64_t(h) * p.k_stride_h) * 2
+                                     : p.v + (key * p.v_stride_t + int64_t(h) * p.v_stride_h) * 2;
+        load_rows(dst, src, w == kK ? p.k_stride_t : p.v_stride_t, chunks, valid, ptid);
+        mbar_arrive_on_cp_async(full);
+      } else if (ptid == 0) {
+        mbar_arrive_expect_tx(full, uint32_t(chunks * kTileChunkBytes));
+        for (int c = 0; c < chunks; ++c) {
+          for (int r = 0; r < kBlockN; r += kBoxRows) {
+            tma_load_3d(dst + c * kTileChunkBytes + r * 128, w == kK ? k_map : v_map, full, c * kChunkValues, h,
+                        int32_t(key + r));
+          }
+        }
+      } else {
+        mbar_arrive(full);
       }
-      for (int c = 0; c < L::kVChunks; ++c) {
-        tma_load_3d(stage + L::k_stage + c * kTileChunkBytes, v_map, full, c * kChunkValues, h, int32_t(key));
-      }
-    } else {
-      mbar_arrive(full);
     }
   }
   cp_async_wait_all();  // no thread leaves with copies in flight
@@ -133,7 +146,7 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   // Tiles below this many keys are visible to every row of the block (its first row sees the fewest keys): their
   // softmax skips the mask, which the consumers' instruction issue measurably paid for on every tile.
   const int64_t unmasked_end = b.limit(p.causal, b.m0) / kBlockN * kBlockN;
-  const uint32_t q_rows = base + L::q + me * kTileChunkBytes;  // this consumer's 64 rows of every Q chunk
+  const uint32_t q_rows = base + L::q + me * kConsumerRowBytes;  // this consumer's 64 rows of every Q chunk
 
   float o[kDV / 2];
 #pragma unroll
@@ -144,18 +157,20 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   float alpha[2] = {1.0f, 1.0f};  // rescale of O that the previous tile's softmax asked for
   const auto stage_of = [&](int32_t t) { return base + L::stage0 + (t % kStages) * L::stage_bytes; };
 
-  const auto issue_qk = [&](int32_t t) {  // S = Q K^T of tile t (64 x 64), once its stage has landed
-    const int st = t % kStages;
-    mbar_wait(base + L::full + st * 8, (t / kStages) & 1);
+  const auto wait_full = [&](int w, int32_t t) {  // K or V of tile t has landed
+    mbar_wait(base + L::full + (w * kStages + t % kStages) * 8, (t / kStages) & 1);
     if (tile_by_rows(b, t)) fence_proxy_async();  // written through the generic proxy, read by wgmma
+  };
+  const auto issue_qk = [&](int32_t t) {  // S = Q K^T of tile t (64 x kBlockN), once its K has landed
+    wait_full(kK, t);
     const uint32_t stage = stage_of(t);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < L::kQChunks; ++c) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n64k16_ss<kBf16>(s, k_major(q_rows + c * kQChunkBytes + kk * 32),
-                                  k_major(stage + c * kTileChunkBytes + kk * 32), c + kk > 0 ? 1 : 0);
+        wgmma_m64n128k16_ss<kBf16>(s, k_major(q_rows + c * kQChunkBytes + kk * 32),
+                                   k_major(stage + c * kTileChunkBytes + kk * 32), c + kk > 0 ? 1 : 0);
       }
     }
     wgmma_commit();
@@ -167,6 +182,7 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
 #pragma unroll
       for (int i = 0; i < kDV / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
     }
+    wait_full(kV, t);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -208,8 +224,8 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack_float2<kBf16>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
     }
   };
-  const auto release = [&](int32_t t) {
-    if (lane == 0) mbar_arrive(base + L::empty + (t % kStages) * 8);
+  const auto release = [&](int w, int32_t t) {  // K or V of tile t goes back to the producer
+    if (lane == 0) mbar_arrive(base + L::empty + (w * kStages + t % kStages) * 8);
   };
 
   // Per tile t >= 1: S(t) = Q K^T is issued first, then the previous tile's P V; the softmax of tile t waits for
@@ -218,6 +234,7 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   if (n_tiles > 0) {
     issue_qk(0);
     wgmma_wait<0>();
+    release(kK, 0);
     softmax(0);
     pack();
   }
@@ -225,19 +242,20 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     issue_qk(t);
     issue_pv(t - 1);
     wgmma_wait<1>();  // S(t): committed before the P V, so it completes first
+    release(kK, t);   // K(t) is read by Q K^T only
     softmax(t);
     wgmma_wait<0>();
     fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) fence_registers(pa[kk]);
-    release(t - 1);
+    release(kV, t - 1);
     pack();
   }
   if (n_tiles > 0) {
     issue_pv(n_tiles - 1);
     wgmma_wait<0>();
     fence_registers(o);
-    release(n_tiles - 1);
+    release(kV, n_tiles - 1);
   }
 
   // ---- epilogue: out and lse of this thread's rows ----
@@ -265,9 +283,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
 
   if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) {
-      mbar_init(base + L::full + st * 8, kWarpgroupThreads);
-      mbar_init(base + L::empty + st * 8, kReleaseArrivals);
+    for (int i = 0; i < kOperands * kStages; ++i) {
+      mbar_init(base + L::full + i * 8, kWarpgroupThreads);
+      mbar_init(base + L::empty + i * 8, kReleaseArrivals);
     }
     mbar_init(base + L::q_full, 1);
     fence_barrier_init();

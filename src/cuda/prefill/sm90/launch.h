@@ -11,6 +11,7 @@
 namespace mlakit::cuda::prefill::sm90 {
 
 inline constexpr int kLaunchBlockM = 128;  // query rows per CTA (kernel.cuh's kBlockM)
+inline constexpr int kTmaBoxRows = 64;     // rows (tokens) of every TMA box of Q, K and V (kernel.cuh's kBoxRows)
 
 /// The compiled (bf16?, d_qk, d_v) kernels, for the instantiations in launch_sm90.cu and unavailable.cpp.
 #define MLAKIT_PREFILL_SM90_KERNELS(X) X(true, 192, 128) X(false, 192, 128) X(true, 128, 128) X(false, 128, 128)

@@ -7,6 +7,7 @@
 namespace mlakit::cuda::prefill::sm90 {
 
 static_assert(kLaunchBlockM == kBlockM);
+static_assert(kTmaBoxRows == kBoxRows && kTmaBoxRows == kRowsPerConsumer && kBlockN % kTmaBoxRows == 0);
 
 template <bool kBf16, int kDQK, int kDV>
 Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,

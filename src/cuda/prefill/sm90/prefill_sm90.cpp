@@ -22,7 +22,7 @@ Status encode(const TensorView& t, CUtensorMap* map) {
   if (t.shape[0] == 0) return {};
   const uint64_t dims[3] = {uint64_t(t.shape[2]), uint64_t(t.shape[1]), uint64_t(t.shape[0])};
   const uint64_t strides[2] = {uint64_t(t.stride[1]) * 2, uint64_t(t.stride[0]) * 2};
-  const uint32_t box[3] = {64, 1, 64};
+  const uint32_t box[3] = {64, 1, uint32_t(kTmaBoxRows)};
   return encode_tensor_map_16bit(map, t.data, dims, strides, box);
 }
 
