@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
@@ -387,11 +388,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
           s[n][j] = visible ? v : -INFINITY;
           mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
         }
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-      }
+      reduce_row_maxima(mx);
       if (tig == 0) {
         my_x[gid] = mx[0];
         my_x[gid + 8] = mx[1];
@@ -463,11 +460,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     }
 
     // ---- epilogue: total row sums over the group's warps, then out (or a partial) and lse ----
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 1);
-      l_run[k] += __shfl_xor_sync(0xffffffffu, l_run[k], 2);
-    }
+    reduce_row_sums(l_run);
     if (tig == 0) {
       my_x[gid] = l_run[0];
       my_x[gid + 8] = l_run[1];

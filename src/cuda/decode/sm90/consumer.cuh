@@ -18,10 +18,12 @@
 
 #include <cstdint>
 
+#include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/sm90/tile_source.cuh"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
 
@@ -122,14 +124,6 @@ struct AccLane {
   }
 };
 
-/// Whether the producer copied tile j of a piece row by row (its rule): every tile without TMA, and a partial last one.
-/// Such a tile was written through the generic proxy (wait_part).
-template <KvKind kKind, bool kSparse>
-__device__ __forceinline__ bool tile_by_rows(bool use_tma, const Piece& pc, int32_t j) {
-  // Sparse tiles are always gathered row by row (the host never asks for TMA there, and the producer would not use it).
-  return kSparse || kKind != KvKind::k16Bit || !use_tma || int64_t(pc.t_begin + j + 1) * kBlockN > pc.len;
-}
-
 /// Zeroes a warpgroup's half of O for a new piece. Behind a (no-op) wait: ptxas serialises every wgmma of the kernel
 /// (warning C7515) when it cannot prove that no wgmma still accumulates into registers an ordinary instruction writes.
 __device__ __forceinline__ void zero_o(float (&o)[128]) {
@@ -228,15 +222,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
         mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
       }
       float m_use[2], alpha[2];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-        const float m_new = fmaxf(m[k], mx[k]);
-        m_use[k] = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
-        alpha[k] = exp2f(m[k] - m_use[k]);
-        m[k] = m_new;
-      }
+      advance_rows(mx, m, l, alpha, m_use);  // nothing visible yet: p = 0, alpha = 0
       float psum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -244,7 +230,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
         psum[(i >> 1) & 1] += s[i];
       }
 #pragma unroll
-      for (int k = 0; k < 2; ++k) l[k] = l[k] * alpha[k] + psum[k];
+      for (int k = 0; k < 2; ++k) l[k] += psum[k];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -289,10 +275,9 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
 
     // ---- epilogue: each row's lse and output factor (for the V warpgroup too), then this half of the output ----
     float inv[2];
+    reduce_row_sums(l);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
       const int mrow = row_block * kRows + at.rloc[k];
       inv[k] = 0.0f;
       if (mrow >= p.rows) continue;

@@ -23,6 +23,7 @@
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/producer_fp8.cuh"
 #include "cuda/decode/sm90/smem.cuh"
+#include "cuda/decode/sm90/tile_source.cuh"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
 
@@ -201,7 +202,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
         if (j == 0) load_q_once<kSparse, kDqk>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }
-      const bool tma = use_tma && t0 + kBlockN <= pc.len;
+      const bool tma = !tile_by_rows<kKind, kSparse>(use_tma, pc, j);  // the consumers fence by the same rule
       const uint32_t stage = sm.stage(st);
       GatherRows rows{};
       if constexpr (kSparse) rows = gather_rows(p, pc.req, t0, main_len, pc.len, ptid);
