@@ -5,6 +5,15 @@
 
 namespace mlakit::cuda {
 
+/// 2^x, a result below 2^-126 flushed to zero: one MUFU.EX2. exp2f without fast-math wraps it in a range test and two
+/// multiplies to produce subnormal results, which a softmax weight cannot use (every row sum is at least 1, the weight
+/// of its maximum). Not volatile: the compiler may schedule it like any arithmetic.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// x: this thread's partial maxima of its two rows; on return each holds the row's maximum over the quad.
 __device__ __forceinline__ void reduce_row_maxima(float (&x)[2]) {
 #pragma unroll

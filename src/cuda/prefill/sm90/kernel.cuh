@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/prefill/smxx/block.cuh"
@@ -190,30 +191,32 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     }
     wgmma_commit();
   };
-  const auto softmax = [&](int32_t t) {  // S of tile t -> P (in s), the running max and sum, alpha for O
+  // S of tile t -> P (in s), the running max and sum, alpha for O. The maxima are taken over the raw scores and
+  // scaled once (scale_log2 > 0 keeps the order, and rounding is monotonic, so m is what scaling every score would
+  // give); each weight is then one FFMA and one MUFU.EX2 (flash-attention 3's way): 4 instructions fewer per score.
+  const auto softmax = [&](int32_t t) {
     fence_registers(s);
     const int64_t t0 = int64_t(t) * kBlockN;
     float mx[2] = {-INFINITY, -INFINITY};
     if (t0 + kBlockN <= unmasked_end) {  // the same for the whole CTA
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) {
-        s[i] *= p.scale_log2;
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-      }
+      for (int i = 0; i < kBlockN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
     } else {
       const int32_t room[2] = {int32_t(min(limit[0] - t0, int64_t(kBlockN))), int32_t(min(limit[1] - t0, int64_t(kBlockN)))};
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) {
         const int col = 8 * (i / 4) + 2 * tig + (i & 1);
-        s[i] = col < room[(i >> 1) & 1] ? s[i] * p.scale_log2 : -INFINITY;  // also drops a masked key's NaN
+        s[i] = col < room[(i >> 1) & 1] ? s[i] : -INFINITY;  // also drops a masked key's NaN
         mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
       }
     }
+    mx[0] *= p.scale_log2;
+    mx[1] *= p.scale_log2;
     float m_use[2];
     advance_rows(mx, m, l, alpha, m_use);
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
-      s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
+      s[i] = exp2_ftz(fmaf(s[i], p.scale_log2, -m_use[(i >> 1) & 1]));
       l[(i >> 1) & 1] += s[i];
     }
   };
