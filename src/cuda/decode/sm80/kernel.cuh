@@ -120,9 +120,10 @@ __device__ __forceinline__ void dequant_tile(const uint8_t* raw, uint8_t* tile, 
   constexpr int kFirst = 64;                 // vectors of the first pass
   constexpr int kRest = kOutChunks - kFirst;  // 8 (V3) or 0
   constexpr int kStride = RawRow<kKind, kDqk>::kStride;
-  static_assert(kOutChunks >= kFirst && kThreads % kFirst == 0 && (kRest == 0 || kThreads % kRest == 0),
+  constexpr int kRestOr1 = kRest == 0 ? 1 : kRest;  // the checks of the second pass, written so that none divides by 0
+  static_assert(kOutChunks >= kFirst && kThreads % kFirst == 0 && (kRest == 0 || kThreads % kRestOr1 == 0),
                 "each pass gives every thread one vector index");
-  static_assert(kBlockN % (kThreads / kFirst) == 0 && (kRest == 0 || kBlockN % (kThreads / kRest) == 0),
+  static_assert(kBlockN % (kThreads / kFirst) == 0 && (kRest == 0 || kBlockN % (kThreads / kRestOr1) == 0),
                 "every thread converts the same number of vectors");
   // fp8_ds_mla: the first pass is its 64 e4m3 vectors, the second its 8 bf16 RoPE ones.
   constexpr bool kDsMla = kKind == KvKind::kDsMla;
