@@ -6,8 +6,9 @@
 namespace mlakit::cuda {
 
 /// 2^x, a result below 2^-126 flushed to zero: one MUFU.EX2. exp2f without fast-math wraps it in a range test and two
-/// multiplies to produce subnormal results, which a softmax weight cannot use (every row sum is at least 1, the weight
-/// of its maximum). Not volatile: the compiler may schedule it like any arithmetic.
+/// multiplies to produce subnormal results, which a softmax weight cannot use: every row sum holds the weight of the
+/// row's maximum, 1 (2^d with |d| within half an ulp of m where the maximum is taken over raw scores and scaled
+/// once, so about 1 for any logit below ~2^30). Not volatile: the compiler may schedule it like any arithmetic.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
