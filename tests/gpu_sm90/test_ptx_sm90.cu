@@ -276,49 +276,40 @@ double worst_error(const std::vector<float>& got, const std::vector<double>& wan
   return worst;
 }
 
-TEST(PtxSm90, WgmmaKMajorBothOperands) {
-  SKIP_UNLESS_HOPPER();
-  const auto a = random_bf16(64 * 128, 1), b = random_bf16(64 * 128, 2);
+/// D = A B^T through a Q K^T kernel (A [64, 128], B [kN, 128], both K-major bf16 in global memory), on a NaN-poisoned
+/// D, every element against a double-precision product.
+template <int kN>
+void check_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), int smem_bytes, uint64_t seed_a,
+              uint64_t seed_b) {
+  const auto a = random_bf16(64 * 128, seed_a), b = random_bf16(kN * 128, seed_b);
   uint16_t *da = device_copy(a), *db = device_copy(b);
   float* dd = nullptr;
-  CUDA_OK(cudaMalloc(&dd, 64 * 64 * 4));
-  CUDA_OK(cudaMemset(dd, 0xFF, 64 * 64 * 4));
-  CUDA_OK(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 5 * kChunk));
-  qk_kernel<<<1, 128, 5 * kChunk>>>(da, db, dd);
+  CUDA_OK(cudaMalloc(&dd, 64 * kN * 4));
+  CUDA_OK(cudaMemset(dd, 0xFF, 64 * kN * 4));
+  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<1, 128, smem_bytes>>>(da, db, dd);
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> got(64 * 64);
+  std::vector<float> got(64 * kN);
   CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> want(64 * 64, 0.0);
+  std::vector<double> want(64 * kN, 0.0);
   for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 64; ++n)
-      for (int k = 0; k < 128; ++k) want[m * 64 + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
+    for (int n = 0; n < kN; ++n)
+      for (int k = 0; k < 128; ++k)
+        want[m * kN + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
   EXPECT_LT(worst_error(got, want), 1e-5);
   cudaFree(da);
   cudaFree(db);
   cudaFree(dd);
 }
 
+TEST(PtxSm90, WgmmaKMajorBothOperands) {
+  SKIP_UNLESS_HOPPER();
+  check_qk<64>(qk_kernel, 5 * kChunk, 1, 2);
+}
+
 TEST(PtxSm90, WgmmaKMajorBothOperandsN128) {
   SKIP_UNLESS_HOPPER();
-  const auto a = random_bf16(64 * 128, 5), b = random_bf16(128 * 128, 6);
-  uint16_t *da = device_copy(a), *db = device_copy(b);
-  float* dd = nullptr;
-  CUDA_OK(cudaMalloc(&dd, 64 * 128 * 4));
-  CUDA_OK(cudaMemset(dd, 0xFF, 64 * 128 * 4));
-  CUDA_OK(cudaFuncSetAttribute(qk128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 7 * kChunk));
-  qk128_kernel<<<1, 128, 7 * kChunk>>>(da, db, dd);
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> got(64 * 128);
-  CUDA_OK(cudaMemcpy(got.data(), dd, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> want(64 * 128, 0.0);
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 128; ++n)
-      for (int k = 0; k < 128; ++k)
-        want[m * 128 + n] += double(bf16_to_float(a[m * 128 + k])) * bf16_to_float(b[n * 128 + k]);
-  EXPECT_LT(worst_error(got, want), 1e-5);
-  cudaFree(da);
-  cudaFree(db);
-  cudaFree(dd);
+  check_qk<128>(qk128_kernel, 7 * kChunk, 5, 6);
 }
 
 template <int kN, bool kPRegisters>
