@@ -62,54 +62,37 @@ __device__ void acc_pos(int i, int* row, int* col) {
   *col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
 }
 
-// D[64 x 64] = A[64 x 128] B[64 x 128]^T, both K-major over two chunks (eight k-steps).
+// D[64 x kN] = A[64 x 128] B[kN x 128]^T, both K-major over two chunks (eight k-steps; a B chunk holds kN rows):
+// kN = 64 is the decode's Q K^T (m64n64k16), kN = 128 the Hopper prefill's (m64n128k16).
+template <int kN>
 __global__ void qk_kernel(const uint16_t* a, const uint16_t* b, float* d) {
+  constexpr int kBChunk = kN / 64 * kChunk;
   extern __shared__ uint8_t raw[];
   uint8_t* sm = aligned_smem(raw);
   to_swizzled(a, 64, 2, 128, sm);
-  to_swizzled(b, 64, 2, 128, sm + 2 * kChunk);
+  to_swizzled(b, kN, 2, 128, sm + 2 * kChunk, kBChunk);
   fence_proxy_async();
   __syncthreads();
   const uint32_t sa = smem_addr(sm), sb = sa + 2 * kChunk;
-  float acc[32];
+  float acc[kN / 2];
   wgmma_fence();
   for (int c = 0; c < 2; ++c)
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n64k16_ss<true>(acc, wgmma_desc(sa + c * kChunk + kk * 32, 16, 1024),
-                               wgmma_desc(sb + c * kChunk + kk * 32, 16, 1024), c + kk);
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t da = wgmma_desc(sa + c * kChunk + kk * 32, 16, 1024);
+      const uint64_t db = wgmma_desc(sb + c * kBChunk + kk * 32, 16, 1024);
+      if constexpr (kN == 64) {
+        wgmma_m64n64k16_ss<true>(acc, da, db, c + kk);
+      } else {
+        wgmma_m64n128k16_ss<true>(acc, da, db, c + kk);
+      }
+    }
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(acc);
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kN / 2; ++i) {
     int r, col;
     acc_pos(i, &r, &col);
-    d[r * 64 + col] = acc[i];
-  }
-}
-
-// D[64 x 128] = A[64 x 128] B[128 x 128]^T, both K-major over two chunks (B's chunks of 128 rows, 16 KB): the
-// m64n128k16 form of the Hopper prefill's Q K^T.
-__global__ void qk128_kernel(const uint16_t* a, const uint16_t* b, float* d) {
-  extern __shared__ uint8_t raw[];
-  uint8_t* sm = aligned_smem(raw);
-  to_swizzled(a, 64, 2, 128, sm);
-  to_swizzled(b, 128, 2, 128, sm + 2 * kChunk, 2 * kChunk);
-  fence_proxy_async();
-  __syncthreads();
-  const uint32_t sa = smem_addr(sm), sb = sa + 2 * kChunk;
-  float acc[64];
-  wgmma_fence();
-  for (int c = 0; c < 2; ++c)
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n128k16_ss<true>(acc, wgmma_desc(sa + c * kChunk + kk * 32, 16, 1024),
-                                wgmma_desc(sb + c * 2 * kChunk + kk * 32, 16, 1024), c + kk);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_registers(acc);
-  for (int i = 0; i < 64; ++i) {
-    int r, col;
-    acc_pos(i, &r, &col);
-    d[r * 128 + col] = acc[i];
+    d[r * kN + col] = acc[i];
   }
 }
 
@@ -276,11 +259,11 @@ double worst_error(const std::vector<float>& got, const std::vector<double>& wan
   return worst;
 }
 
-/// D = A B^T through a Q K^T kernel (A [64, 128], B [kN, 128], both K-major bf16 in global memory), on a NaN-poisoned
+/// D = A B^T through qk_kernel<kN> (A [64, 128], B [kN, 128], both K-major bf16 in global memory), on a NaN-poisoned
 /// D, every element against a double-precision product.
 template <int kN>
-void check_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), int smem_bytes, uint64_t seed_a,
-              uint64_t seed_b) {
+void check_qk(int smem_bytes, uint64_t seed_a, uint64_t seed_b) {
+  const auto kernel = qk_kernel<kN>;
   const auto a = random_bf16(64 * 128, seed_a), b = random_bf16(kN * 128, seed_b);
   uint16_t *da = device_copy(a), *db = device_copy(b);
   float* dd = nullptr;
@@ -304,12 +287,12 @@ void check_qk(void (*kernel)(const uint16_t*, const uint16_t*, float*), int smem
 
 TEST(PtxSm90, WgmmaKMajorBothOperands) {
   SKIP_UNLESS_HOPPER();
-  check_qk<64>(qk_kernel, 5 * kChunk, 1, 2);
+  check_qk<64>(5 * kChunk, 1, 2);
 }
 
 TEST(PtxSm90, WgmmaKMajorBothOperandsN128) {
   SKIP_UNLESS_HOPPER();
-  check_qk<128>(qk128_kernel, 7 * kChunk, 5, 6);
+  check_qk<128>(7 * kChunk, 5, 6);
 }
 
 template <int kN, bool kPRegisters>
