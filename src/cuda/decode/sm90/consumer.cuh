@@ -42,10 +42,11 @@ __device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, 
 }
 
 /// S = Q K^T for the tile of CTA tile index g, in the order the producer fills its parts (V3: RoPE, then V half 0,
-/// then V half 1; V4: the V halves), one commit group per part: wgmma_wait<Geometry<kDqk>::kParts> right after it
-/// waits for what was committed before it.
-template <bool kBf16, int kDqk>
-__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, bool by_rows) {
+/// then V half 1; V4: the V halves), one commit group per part. `after_first_group` runs once the first group is
+/// committed: a wgmma_wait<1> there waits for what was committed before this tile's Q K^T.
+template <bool kBf16, int kDqk, class AfterFirstGroup>
+__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, bool by_rows,
+                                         AfterFirstGroup after_first_group) {
   const uint32_t st = g & 1;
   const uint32_t kv = sm.stage(st);
   const uint32_t q = sm.q();
@@ -58,6 +59,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
       wgmma_m64n64k16_ss<kBf16>(s, k_major(q + off), k_major(kv + off), kk);  // kk = 0 overwrites S
     }
     wgmma_commit();
+    after_first_group();
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -74,6 +76,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
       }
     }
     wgmma_commit();
+    if (!Geometry<kDqk>::kRopePart && half == 0) after_first_group();
   }
 }
 
@@ -194,7 +197,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
     l[0] = l[1] = 0.0f;
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
-    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind, kSparse>(use_tma, pc, 0));
+    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind, kSparse>(use_tma, pc, 0), [] {});
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -202,31 +205,47 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
       uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
       if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, main_len, pc.len, lane);
-      // The previous tile's P V was committed before this tile's Q K^T groups: once it is done, V half 0 of its stage
-      // goes back to the producer, a whole Q K^T earlier than the wait for S below would.
-      wgmma_wait<Geometry<kDqk>::kParts>();
-      if (j > 0 && lane == 0) release(sm, st ^ 1, kPartHalf0, peer);
       wgmma_wait<0>();
       fence_registers(s);
       fence_registers(o);
       // Q K^T read the RoPE columns for the last time (V4 has no RoPE part: its columns are V's)
       if (Geometry<kDqk>::kRopePart && lane == 0) release(sm, st, kPartRope, peer);
       if (j + 1 == n && lane == 0) mbar_arrive(sm.q_empty());  // the piece's last Q K^T is done: Q may be replaced
+      // The mask in 32-bit arithmetic: each row's visible keys of this tile, and the tile's valid-id bits from this
+      // lane's first column on (column c + 2 tig is bit c); c is known at compile time.
+      int32_t room[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) room[k] = int32_t(max(min(limit[k] - t0, int64_t(kBlockN)), int64_t(0)));
+      uint32_t vbits[2] = {~0u, ~0u};
+      if constexpr (kSparse) {
+        const uint64_t from_lane = valid >> (2 * tig);
+        vbits[0] = uint32_t(from_lane);
+        vbits[1] = uint32_t(from_lane >> 32);
+      }
+      // The maxima over the raw scores, scaled once (a positive scale keeps the order, and rounding is monotonic, so
+      // m is what scaling every score would give); each weight is then one FFMA and one MUFU.EX2. fp8_e4m3's scale
+      // holds kv_scale, read from device memory where no check sees its sign: its scores are scaled first.
+      constexpr bool kRawMax = kKind != KvKind::kE4M3;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        const int col = 8 * (i / 4) + 2 * tig + (i & 1);
-        bool visible = t0 + col < limit[(i >> 1) & 1];
-        if constexpr (kSparse) visible = visible && ((valid >> col) & 1) != 0;
-        s[i] = visible ? s[i] * scale_log2 : -INFINITY;
+        const int c = 8 * (i / 4) + (i & 1);
+        bool visible = c + 2 * tig < room[(i >> 1) & 1];
+        if constexpr (kSparse) visible = visible && ((vbits[c / 32] >> (c % 32)) & 1u) != 0;
+        s[i] = visible ? (kRawMax ? s[i] : s[i] * scale_log2) : -INFINITY;
         mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      }
+      if constexpr (kRawMax) {
+        mx[0] *= scale_log2;
+        mx[1] *= scale_log2;
       }
       float m_use[2], alpha[2];
       advance_rows(mx, m, l, alpha, m_use);  // nothing visible yet: p = 0, alpha = 0
       float psum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        s[i] = exp2f(s[i] - m_use[(i >> 1) & 1]);
+        const float x = kRawMax ? fmaf(s[i], scale_log2, -m_use[(i >> 1) & 1]) : s[i] - m_use[(i >> 1) & 1];
+        s[i] = exp2_ftz(x);
         psum[(i >> 1) & 1] += s[i];
       }
 #pragma unroll
@@ -264,7 +283,13 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       wgmma_commit();
       if (j + 1 < n) {
         consumer_barrier(kBarPV1Issued);  // the tensor cores take P V of half 1 before the next Q K^T
-        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind, kSparse>(use_tma, pc, j + 1));
+        // This tile's P V of half 0 was committed before the next tile's Q K^T: once the first group of that is
+        // committed, V half 0 goes back to the producer as soon as the P V is done, not after the next tile's three
+        // parts have landed and been issued (ncu: the producer's wait for this release was 64% of its samples).
+        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind, kSparse>(use_tma, pc, j + 1), [&] {
+          wgmma_wait<1>();
+          if (lane == 0) release(sm, st, kPartHalf0, peer);
+        });
       }
     }
     wgmma_wait<0>();
