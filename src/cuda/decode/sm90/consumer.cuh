@@ -35,23 +35,23 @@ __device__ __forceinline__ uint64_t k_major(uint32_t addr) { return wgmma_desc(a
 __device__ __forceinline__ uint64_t v_operand(uint32_t addr) { return wgmma_desc(addr, kChunkBytes, 1024); }
 
 /// Waits until `part` of the tile of CTA tile index g has landed. A part copied with cp.async was written
-/// through the generic proxy: the fence makes it visible to this thread's wgmma (async proxy) reads.
-__device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, bool by_rows) {
+/// through the generic proxy: `fence` (consumer_fences) makes it visible to this thread's wgmma (async proxy) reads.
+__device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, bool fence) {
   mbar_wait(sm.full(g & 1, part), (g >> 1) & 1);
-  if (by_rows) fence_proxy_async();
+  if (fence) fence_proxy_async();
 }
 
 /// S = Q K^T for the tile of CTA tile index g, in the order the producer fills its parts (V3: RoPE, then V half 0,
 /// then V half 1; V4: the V halves), one commit group per part. `after_first_group` runs once the first group is
 /// committed: a wgmma_wait<1> there waits for what was committed before this tile's Q K^T.
 template <bool kBf16, int kDqk, class AfterFirstGroup>
-__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, bool by_rows,
+__device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_t g, bool fence,
                                          AfterFirstGroup after_first_group) {
   const uint32_t st = g & 1;
   const uint32_t kv = sm.stage(st);
   const uint32_t q = sm.q();
   if constexpr (Geometry<kDqk>::kRopePart) {
-    wait_part(sm, g, kPartRope, by_rows);
+    wait_part(sm, g, kPartRope, fence);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -63,7 +63,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    wait_part(sm, g, half, by_rows);
+    wait_part(sm, g, half, fence);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < kVHalfChunks; ++c) {
@@ -197,7 +197,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
     l[0] = l[1] = 0.0f;
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
-    issue_qk<kBf16, kDqk>(s, sm, g0, tile_by_rows<kKind, kSparse>(use_tma, pc, 0), [] {});
+    issue_qk<kBf16, kDqk>(s, sm, g0, consumer_fences<kKind, kSparse>(use_tma, pc, 0), [] {});
 
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -286,7 +286,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
         // This tile's P V of half 0 was committed before the next tile's Q K^T: once the first group of that is
         // committed, V half 0 goes back to the producer as soon as the P V is done, not after the next tile's three
         // parts have landed and been issued (ncu: the producer's wait for this release was 64% of its samples).
-        issue_qk<kBf16, kDqk>(s, sm, g + 1, tile_by_rows<kKind, kSparse>(use_tma, pc, j + 1), [&] {
+        issue_qk<kBf16, kDqk>(s, sm, g + 1, consumer_fences<kKind, kSparse>(use_tma, pc, j + 1), [&] {
           wgmma_wait<1>();
           if (lane == 0) release(sm, st, kPartHalf0, peer);
         });
@@ -365,7 +365,7 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
       const float alpha[2] = {sm.alpha()[at.rloc[0]], sm.alpha()[at.rloc[1]]};
       rescale(o, alpha);
       // Complete long ago (the S warpgroup's Q K^T waited for it): this thread's own acquire of the stage's half 1.
-      wait_part(sm, g, kPartHalf1, tile_by_rows<kKind, kSparse>(use_tma, pc, j));
+      wait_part(sm, g, kPartHalf1, consumer_fences<kKind, kSparse>(use_tma, pc, j));
       wgmma_fence();
       const uint32_t v = sm.stage(st) + kVHalfChunks * kChunkBytes;  // V half 1: chunks 4-7 of the stage
 #pragma unroll

@@ -170,7 +170,9 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     }
     store_fp8_row<kBf16, kKind, kDqk>(r, stage, row, q);
   }
-  fence_proxy_async();  // the consumers' wgmma (and a copy to the peer) read these stores through the async proxy
+  // The consumers' wgmma (and a copy to the peer) read these stores through the async proxy. This writer-side fence is
+  // the only one fp8 tiles get: the consumers skip theirs for them (tile_source.cuh, consumer_fences).
+  fence_proxy_async();
   if (peer < 0) {
 #pragma unroll
     for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
