@@ -80,17 +80,28 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const Smem& sm, uint32_
   }
 }
 
-/// Sparse decode: bit k set when token t0 + k of request `req` names a row (sparse_id_valid), for the 64 tokens
-/// of a tile; each lane looks up two of them.
-__device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, int32_t req, int64_t t0, int32_t main_len,
-                                                      int32_t len, int lane) {
-  bool v0 = false, v1 = false;
+/// Sparse decode: the ids of the two tokens of a tile that this lane looks up, t0 + lane and t0 + 32 + lane (-1 past
+/// the request). The S warpgroup reads them a tile before sparse_valid_mask needs them, so that their latency passes
+/// under a tile of work (ncu: the wait for them was 4.4% of the S warpgroup's samples, on its critical path).
+struct LaneIds {
+  SparseId lo{-1, false}, hi{-1, false};
+};
+__device__ __forceinline__ LaneIds sparse_lane_ids(const DecodeParams& p, int32_t req, int64_t t0, int32_t main_len,
+                                                   int32_t len, int lane) {
+  LaneIds ids;
   with_tile_id_set<true>(t0, kBlockN, main_len, len, [&](auto set) {
-    v0 = sparse_id_valid<decltype(set)::value>(p, req, t0 + lane, main_len, len);
-    v1 = sparse_id_valid<decltype(set)::value>(p, req, t0 + 32 + lane, main_len, len);
+    ids.lo = sparse_id<decltype(set)::value>(p, req, t0 + lane, main_len, len);
+    ids.hi = sparse_id<decltype(set)::value>(p, req, t0 + 32 + lane, main_len, len);
   });
-  const uint32_t lo = __ballot_sync(0xffffffffu, v0);
-  const uint32_t hi = __ballot_sync(0xffffffffu, v1);
+  __syncwarp();  // sparse_id branches per lane: converged again for the .aligned wgmma waits and barriers that follow
+  return ids;
+}
+
+/// Sparse decode: bit k set when token t0 + k of the tile names a row (names_row, the test of sparse_row_ref), from
+/// the warp's LaneIds of the tile.
+__device__ __forceinline__ uint64_t sparse_valid_mask(const DecodeParams& p, const LaneIds& ids) {
+  const uint32_t lo = __ballot_sync(0xffffffffu, names_row(p, ids.lo));
+  const uint32_t hi = __ballot_sync(0xffffffffu, names_row(p, ids.hi));
   __syncwarp();  // converged for the named barriers that follow (compute-sanitizer synccheck)
   return uint64_t(lo) | (uint64_t(hi) << 32);
 }
@@ -195,6 +206,8 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
     zero_o(o);
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
+    LaneIds ids;  // sparse: the ids of the next tile to mask, read while Q (then the previous tile) is awaited
+    if constexpr (kSparse) ids = sparse_lane_ids(p, pc.req, int64_t(pc.t_begin) * kBlockN, main_len, pc.len, lane);
     mbar_wait(sm.q_full(), piece & 1);
     fence_proxy_async();  // Q came by cp.async
     issue_qk<kBf16, kDqk>(s, sm, g0, consumer_fences<kKind, kSparse>(use_tma, pc, 0), [] {});
@@ -204,7 +217,10 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       const uint32_t st = g & 1;
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
       uint64_t valid = ~uint64_t(0);  // sparse decode: rows of invalid ids are masked (they were zero-filled)
-      if constexpr (kSparse) valid = sparse_valid_mask(p, pc.req, t0, main_len, pc.len, lane);
+      if constexpr (kSparse) {
+        valid = sparse_valid_mask(p, ids);
+        if (j + 1 < n) ids = sparse_lane_ids(p, pc.req, t0 + kBlockN, main_len, pc.len, lane);
+      }
       wgmma_wait<0>();
       fence_registers(s);
       fence_registers(o);

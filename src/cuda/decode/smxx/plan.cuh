@@ -96,7 +96,7 @@ struct SparseId {
 
 /// Index column t of plan request r (kSet: what the caller knows of t's side; a one-sided kSet is only valid for
 /// columns on that side, or past len). Written without early returns, so that a warp stays converged through it (the
-/// Hopper consumers ballot on its validity right before a bar.sync, which needs the whole warp).
+/// Hopper S warpgroup reads ids a tile ahead and ballots on their validity before its barriers and wgmma waits).
 template <IdSet kSet>
 __device__ inline SparseId sparse_id(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
   const bool extra = kSet == IdSet::kMixed ? t >= main_len : kSet == IdSet::kExtraOnly;
@@ -208,12 +208,6 @@ __device__ __forceinline__ void with_tile_id_set(int64_t t0, int n, int32_t main
   } else {
     f(std::integral_constant<IdSet, IdSet::kMixed>{});
   }
-}
-
-/// Sparse decode: whether index column t of plan request r names a row (the test of sparse_row_ref, converged).
-template <IdSet kSet>
-__device__ inline bool sparse_id_valid(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
-  return names_row(p, sparse_id<kSet>(p, r, t, main_len, len));
 }
 
 /// The attention sink's factor 1 / (1 + exp(sink_h - lse)) of a non-empty row (docs/spec.md section 2): 1 without a
