@@ -249,7 +249,8 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     // KV tiles: lane t < kLoadTok of each warp looks up where row t of the warp's rows lives once per tile
     // (its address, null for a row that is not read); the warp then copies its rows, taking each address
     // from that lane by shuffle. The addresses of the tile after next are looked up one iteration
-    // early, so the block-table (or indices) latency hides behind the math.
+    // early, so the block-table latency hides behind the math; sparse ids are read one iteration before
+    // that (tile_id) and resolved then, so the index load does not stall the lookup either.
     auto row_ref = [&](int32_t tile) -> RowRef {
       const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
       if (lane >= kLoadTok || t >= kv_hi) return RowRef{nullptr, nullptr};
@@ -258,6 +259,16 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       } else {
         return dense_row_ref(p, r, t, len);
       }
+    };
+    // Sparse: this lane's id of a tile, read one iteration before row_ref would need it (sparse_row_ref_of resolves
+    // it then), so that the id load's latency passes under a tile of math instead of stalling the lookup (ncu: the
+    // compare right after the id load was the portable kernel's hottest instruction at 16 heads).
+    auto tile_id = [&](int32_t tile) -> SparseId {
+      const int64_t t = int64_t(tile) * kBlockN + warp * kLoadTok + lane;
+      if constexpr (kSparse) {
+        if (lane < kLoadTok && t < kv_hi) return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+      }
+      return SparseId{-1, false};  // no row: a lane that looks up nothing, or past the partition (t >= kv_hi)
     };
     // Row `src_lane`'s address from the lane that looked it up (the scale pointer only where the format has one).
     auto shfl_ref = [&](const RowRef& mine, int src_lane) -> RowRef {
@@ -315,6 +326,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     RowRef ref_next = row_ref(t_begin);
     load_tile(0, ref_next);
     cp_async_commit();
+    SparseId id_ahead = tile_id(t_begin + 2);  // sparse: the ids of the tile after next (-1: none)
     ref_next = n_tiles > 1 ? row_ref(t_begin + 1) : RowRef{nullptr, nullptr};
 
     float o[kNTilesO][4];
@@ -326,7 +338,12 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
     for (int it = 0; it < n_tiles; ++it) {
       if (it + 1 < n_tiles) {
         load_tile((it + 1) % kStages, ref_next);
-        ref_next = it + 2 < n_tiles ? row_ref(t_begin + it + 2) : RowRef{nullptr, nullptr};
+        if constexpr (kSparse) {
+          ref_next = sparse_row_ref_of<kKind == KvKind::kDsV4>(p, id_ahead);  // no row for tiles past t_end
+          id_ahead = tile_id(t_begin + it + 3);
+        } else {
+          ref_next = it + 2 < n_tiles ? row_ref(t_begin + it + 2) : RowRef{nullptr, nullptr};
+        }
       }
       cp_async_commit();
       cp_async_wait<kStages - 1>();

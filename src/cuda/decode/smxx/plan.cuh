@@ -114,13 +114,12 @@ __device__ inline bool names_row(const DecodeParams& p, SparseId s) {
   return s.id >= 0 && s.id < (s.extra ? p.extra_num_rows : p.num_rows);
 }
 
-/// Sparse decode with the extra cache: index column t of plan request r as a RowRef through its cache's pool and page
-/// geometry; no row (never dereferenced) past len or for an id outside its cache. kScales: fp8_ds_v4 pages. kSet as
-/// in sparse_id.
-template <bool kScales, IdSet kSet = IdSet::kMixed>
-__device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
+/// Sparse decode with the extra cache: the RowRef of an id read by sparse_id, through its cache's pool and page
+/// geometry; no row (never dereferenced) for an id outside its cache. kScales: fp8_ds_v4 pages. A kernel may read the
+/// id early and resolve it later, so that the id load's latency is not paid where the address is needed.
+template <bool kScales>
+__device__ inline RowRef sparse_row_ref_of(const DecodeParams& p, SparseId s) {
   RowRef ref{nullptr, nullptr};
-  const SparseId s = sparse_id<kSet>(p, r, t, main_len, len);
   if (!names_row(p, s)) return ref;
   const bool extra = s.extra;
   const int32_t page_size = extra ? p.extra_page_size : p.page_size;
@@ -133,6 +132,13 @@ __device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_
     ref.scales = page_base + int64_t(page_size) * ds_v4::kTokenBytes + int64_t(slot) * ds_v4::kScaleBytes;
   }
   return ref;
+}
+
+/// Index column t of plan request r as a RowRef (sparse_id, then sparse_row_ref_of); no row past len. kSet as in
+/// sparse_id.
+template <bool kScales, IdSet kSet = IdSet::kMixed>
+__device__ inline RowRef sparse_row_ref(const DecodeParams& p, int32_t r, int64_t t, int32_t main_len, int32_t len) {
+  return sparse_row_ref_of<kScales>(p, sparse_id<kSet>(p, r, t, main_len, len));
 }
 
 /// Dense decode: the page list of request r, row r of the block table or its part of the flat list.
