@@ -390,6 +390,10 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       }
 
       // ---- online softmax (base 2) ----
+      // The maxima over the raw scores, scaled once (a positive scale keeps the order, and rounding is monotonic);
+      // each weight is then one FFMA and one MUFU.EX2. fp8_e4m3's scale holds kv_scale, read from device memory
+      // where no check sees its sign: its scores are scaled first.
+      constexpr bool kRawMax = kKind != KvKind::kE4M3;
       float s[kNT][4];
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -400,13 +404,17 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
           float v = 0.0f;
 #pragma unroll
           for (int c = 0; c < kChains; ++c) v += acc[c][n][j];
-          v *= scale_log2;
+          if constexpr (!kRawMax) v *= scale_log2;
           bool visible = t0 + col < limit[j / 2];
           if constexpr (kSparse) visible = visible && row_valid[(it % kStages) * kBlockN + col] != 0;
           s[n][j] = visible ? v : -INFINITY;
           mx[j / 2] = fmaxf(mx[j / 2], s[n][j]);
         }
       reduce_row_maxima(mx);
+      if constexpr (kRawMax) {
+        mx[0] *= scale_log2;
+        mx[1] *= scale_log2;
+      }
       if (tig == 0) {
         my_x[gid] = mx[0];
         my_x[gid + 8] = mx[1];
@@ -427,7 +435,7 @@ __global__ void __launch_bounds__(kRowGroups * warps_per_group(kRowGroups) * kWa
       for (int n = 0; n < kNT; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          s[n][j] = exp2f(s[n][j] - m_use[j / 2]);
+          s[n][j] = exp2_ftz(kRawMax ? fmaf(s[n][j], scale_log2, -m_use[j / 2]) : s[n][j] - m_use[j / 2]);
           psum[j / 2] += s[n][j];
         }
 #pragma unroll

@@ -129,10 +129,14 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t col = t0 + nt * 8 + 2 * tig + (e & 1);
-        s[nt][e] = col < limit[e >> 1] ? s[nt][e] * p.scale_log2 : -INFINITY;
+        s[nt][e] = col < limit[e >> 1] ? s[nt][e] : -INFINITY;  // also drops a masked key's NaN
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
     }
+    // The maxima over the raw scores, scaled once (scale_log2 > 0 keeps the order): each weight below is one FFMA
+    // and one MUFU.EX2, as on the Hopper path.
+    mx[0] *= p.scale_log2;
+    mx[1] *= p.scale_log2;
     float alpha[2], m_use[2];
     advance_rows(mx, m, l, alpha, m_use);
 #pragma unroll
@@ -144,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        s[nt][e] = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -m_use[e >> 1]));
         l[e >> 1] += s[nt][e];
       }
     }
