@@ -54,6 +54,7 @@ PrefillProblem PrefillCase::problem() {
   p.cu_seqlens_q = TensorView::contiguous(cu_q.data(), DType::kInt32, {b + 1});
   p.cu_seqlens_k = TensorView::contiguous(cu_k.data(), DType::kInt32, {b + 1});
   p.out = TensorView::contiguous(out.data(), cfg.dtype, {t_q, cfg.h_q, cfg.geometry.d_vh});
+  if (cfg.out_head_stride != 0) p.out.stride[1] = cfg.out_head_stride;
   p.lse = TensorView::contiguous(lse.data(), DType::kFP32, {t_q, cfg.h_q});
   p.softmax_scale = kDeepSeekSoftmaxScale;
   p.causal = cfg.causal;

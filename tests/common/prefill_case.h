@@ -24,10 +24,12 @@ struct PrefillCaseConfig {
   DType dtype = DType::kBF16;
   bool causal = false;
   int64_t token_padding = 8;  // extra poisoned elements after each token's h_q * d values
+  int64_t out_head_stride = 0;  // out's stride over heads in elements; 0: contiguous (d_vh)
   uint64_t seed = 1;
 };
 
-/// q, k, v have token stride h_q * d + token_padding; out and lse are contiguous and poisoned.
+/// q, k, v have token stride h_q * d + token_padding; out (but for cfg.out_head_stride) and lse are contiguous and
+/// poisoned.
 struct PrefillCase {
   PrefillCaseConfig cfg;
   int64_t t_q = 0, t_k = 0;

@@ -146,6 +146,20 @@ TEST_P(CudaPrefillLong, ManyShortRequestsNonCausal) {
   expect_matches_reference(cfg, GetParam());
 }
 
+// One head, so out's head stride multiplies nothing and may be odd: the rows are then not 16-byte aligned and the
+// Hopper epilogue must take its 4-byte path (out_rows_aligned) instead of the 16-byte copies through shared memory.
+TEST_P(CudaPrefillLong, OneHeadWithAnOddOutHeadStride) {
+  for (bool causal : {false, true}) {
+    PrefillCaseConfig cfg;
+    cfg.h_q = 1;
+    cfg.out_head_stride = 129;
+    cfg.causal = causal;
+    cfg.lens = {{0, 0}, {1, 33}, {65, 130}, {200, 200}};
+    cfg.seed = 80 + (causal ? 1 : 0);
+    expect_matches_reference(cfg, GetParam());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
 
 /// A host tensor's copy on the GPU (contiguous views only), and the way back for outputs.

@@ -134,6 +134,60 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
   cp_async_wait_all();  // no thread leaves with copies in flight
 }
 
+/// Whether every row of out starts on 16 bytes (the pointer and both strides), so that the epilogue may write it in
+/// 16-byte pieces; the same for the whole grid.
+__device__ __forceinline__ bool out_rows_aligned(const PrefillParams& p) {
+  return ((reinterpret_cast<uintptr_t>(p.out) | uint64_t(p.out_stride_t * 2) | uint64_t(p.out_stride_h * 2)) & 15) == 0;
+}
+
+/// The epilogue of one consumer through shared memory: its 64 x kDV block of out, scaled by 1 / l, goes as 16-bit
+/// values into its own rows of the first Q chunks (free once its last Q K^T is done; no other warpgroup reads them),
+/// 16-byte pieces swizzled by row so that the accumulator layout's 4-byte stores fall on 32 distinct banks; then each
+/// warp copies its own 16 rows out in 16-byte pieces, two whole 128-byte lines per row, where the direct stores wrote
+/// each row as 32 half-used sectors (ncu on 4 x 4096: the epilogue and its drain were ~10% of the consumers' samples).
+/// A warp reads back only rows it staged, so __syncwarp orders the two halves. Rows past the block's queries are
+/// staged but not written.
+template <bool kBf16, int kDV>
+__device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, const float (&o)[kDV / 2], const float (&l)[2],
+                                                     uint32_t q_rows, int me, int rows, int64_t token0, int h, int warp,
+                                                     int lane) {
+  static_assert(kDV == 128, "a row is 16 pieces of 16 bytes, in two 128-byte Q rows");
+  constexpr int kPieces = kDV * 2 / 16;  // 16-byte pieces per row
+  // Piece j of local row r: Q chunk j / 8, row r of this consumer's 64, 16-byte slot (j % 8) ^ (r % 8).
+  const auto piece_addr = [&](int r, int j) {
+    return q_rows + uint32_t(j / 8) * kQChunkBytes + uint32_t(r) * 128 + uint32_t(((j % 8) ^ (r % 8)) * 16);
+  };
+  const int gid = lane / 4, tig = lane % 4;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = warp * 16 + gid + 8 * e;
+    const float inv = row_out_factor(l[e]);
+#pragma unroll
+    for (int nt = 0; nt < kPieces; ++nt) {
+      const uint32_t v = pack_float2<kBf16>(o[4 * nt + 2 * e] * inv, o[4 * nt + 2 * e + 1] * inv);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(piece_addr(r, nt) + 4 * tig), "r"(v) : "memory");
+    }
+  }
+  __syncwarp();  // the warp's 16 rows are staged
+  // Two rows per step: lanes 0-15 take the pieces of row warp * 16 + 2 it, lanes 16-31 those of the next row.
+  const int j = lane % kPieces;
+  const int r0 = warp * 16 + lane / kPieces;
+  const int64_t row_step = 2 * p.out_stride_t * 2;  // bytes from one of a lane's rows to its next
+  uint8_t* out = p.out + ((token0 + me * kRowsPerConsumer + r0) * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2 +
+                 j * 16;
+#pragma unroll
+  for (int it = 0; it < 16 / 2; ++it, out += row_step) {
+    const int r = r0 + 2 * it;
+    if (me * kRowsPerConsumer + r >= rows) continue;
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(piece_addr(r, j))
+                 : "memory");
+    *reinterpret_cast<uint4*>(out) = v;
+  }
+}
+
 template <bool kBf16, int kDQK, int kDV>
 __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block& b, int h, int32_t n_tiles, int rows,
                                              uint32_t base, int me) {
@@ -263,8 +317,16 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
 
   // ---- epilogue: out and lse of this thread's rows ----
   reduce_row_sums(l);
+  if (out_rows_aligned(p)) {
+    store_block_via_smem<kBf16, kDV>(p, o, l, q_rows, me, rows, b.q0 + b.m0, h, warp, lane);
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
+    for (int e = 0; e < 2; ++e) {
+      if (rloc[e] < rows) store_row_lse(p, m[e], l[e], b.q0 + b.m0 + rloc[e], h, tig);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {  // out rows not 16-byte aligned: 4-byte stores straight from the accumulators
     const auto row_o = [&](int nt, int c) { return o[4 * nt + 2 * e + c]; };
     if (rloc[e] < rows) store_row<kBf16, kDV>(p, row_o, m[e], l[e], b.q0 + b.m0 + rloc[e], h, tig);
   }
