@@ -146,6 +146,22 @@ TEST_P(CudaPrefillLong, ManyShortRequestsNonCausal) {
   expect_matches_reference(cfg, GetParam());
 }
 
+// More requests than one search round covers (block_of_slot tests 64 candidate requests per round): 70 requests take
+// two rounds, 4,500 three, with empty and single-token requests mixed in so that many slots of a round fail.
+TEST_P(CudaPrefillLong, ManyRequestsTakeSeveralSearchRounds) {
+  for (int batch : {70, 4500}) {
+    PrefillCaseConfig cfg;
+    cfg.h_q = 1;
+    cfg.causal = batch == 70;
+    for (int r = 0; r < batch; ++r) {
+      const int lq = (r * 7) % 5 == 0 ? 0 : (r * 13) % (batch == 70 ? 150 : 3);
+      cfg.lens.push_back({lq, lq + (r % 4) * 9});
+    }
+    cfg.seed = 82 + uint64_t(batch);
+    expect_matches_reference(cfg, GetParam());
+  }
+}
+
 // One head, so out's head stride multiplies nothing and may be odd: the rows are then not 16-byte aligned and the
 // Hopper epilogue must take its 4-byte path (out_rows_aligned) instead of the 16-byte copies through shared memory.
 TEST_P(CudaPrefillLong, OneHeadWithAnOddOutHeadStride) {

@@ -341,12 +341,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = raw + (1024u - raw % 1024u) % 1024u;
 
-  const int h = int(blockIdx.y);
-  const Block b = block_of_slot<kBlockM>(p, blockIdx.x);
-  if (b.m0 >= b.lq) return;
-  const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
-  const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
-
+  // The barriers first: after the block search no CTA-wide barrier is left, so each warp goes on as soon as it has
+  // found the block (the producer issues Q without waiting for the slowest warp's search), and a CTA whose slot has
+  // no rows leaves at once.
   if (threadIdx.x == 0) {
     for (int i = 0; i < kOperands * kStages; ++i) {
       mbar_init(base + L::full + i * 8, kWarpgroupThreads);
@@ -356,6 +353,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_barrier_init();
   }
   __syncthreads();
+  const int h = int(blockIdx.y);
+  const Block b = block_of_slot<kBlockM>(p, blockIdx.x);  // each warp finds it on its own
+  if (b.m0 >= b.lq) return;
+  const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
+  const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
+
   const int wg = int(threadIdx.x) / kWarpgroupThreads;
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
