@@ -154,8 +154,8 @@ __device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, con
   static_assert(kDV == 128, "a row is 16 pieces of 16 bytes, in two 128-byte Q rows");
   constexpr int kPieces = kDV * 2 / 16;  // 16-byte pieces per row
   // Piece j of local row r: Q chunk j / 8, row r of this consumer's 64, 16-byte slot (j % 8) ^ (r % 8).
-  const auto piece_addr = [&](int r, int j) {
-    return q_rows + uint32_t(j / 8) * kQChunkBytes + uint32_t(r) * 128 + uint32_t(((j % 8) ^ (r % 8)) * 16);
+  const auto piece_addr = [&](uint32_t r, uint32_t j) {  // unsigned: % and / are masks and shifts
+    return q_rows + (j / 8) * kQChunkBytes + r * 128 + ((j % 8) ^ (r % 8)) * 16;
   };
   const int gid = lane / 4, tig = lane % 4;
 #pragma unroll
@@ -165,7 +165,7 @@ __device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, con
 #pragma unroll
     for (int nt = 0; nt < kPieces; ++nt) {
       const uint32_t v = pack_float2<kBf16>(o[4 * nt + 2 * e] * inv, o[4 * nt + 2 * e + 1] * inv);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(piece_addr(r, nt) + 4 * tig), "r"(v) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(piece_addr(uint32_t(r), uint32_t(nt)) + 4 * tig), "r"(v) : "memory");
     }
   }
   __syncwarp();  // the warp's 16 rows are staged
@@ -175,16 +175,18 @@ __device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, con
   const int64_t row_step = 2 * p.out_stride_t * 2;  // bytes from one of a lane's rows to its next
   uint8_t* out = p.out + ((token0 + me * kRowsPerConsumer + r0) * p.out_stride_t + int64_t(h) * p.out_stride_h) * 2 +
                  j * 16;
+  // Every piece read before the first store: with each read feeding its store, every store waited for its read.
+  uint4 v[16 / 2];
+#pragma unroll
+  for (int it = 0; it < 16 / 2; ++it) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[it].x), "=r"(v[it].y), "=r"(v[it].z), "=r"(v[it].w)
+                 : "r"(piece_addr(uint32_t(r0 + 2 * it), uint32_t(j)))
+                 : "memory");
+  }
 #pragma unroll
   for (int it = 0; it < 16 / 2; ++it, out += row_step) {
-    const int r = r0 + 2 * it;
-    if (me * kRowsPerConsumer + r >= rows) continue;
-    uint4 v;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(piece_addr(r, j))
-                 : "memory");
-    *reinterpret_cast<uint4*>(out) = v;
+    if (me * kRowsPerConsumer + r0 + 2 * it < rows) *reinterpret_cast<uint4*>(out) = v[it];
   }
 }
 
