@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == kProducer) {
     setmaxnreg_dec<kProducerRegs>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
-    run_producer<kBf16, kKind, kSparse, kDqk>(p, &kv_map, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x),
-                                              peer);
+    run_producer<kBf16, kKind, kSparse, kDqk, kPair>(p, &kv_map, use_tma != 0, sm, *bounds, int(blockIdx.y),
+                                                     int(blockIdx.x), peer);
   } else if (wg == kSWarpgroup) {
     setmaxnreg_inc<kSRegs>();
     run_s_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);

@@ -177,8 +177,8 @@ __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& s
   mbar_arrive_on_cp_async(sm.q_full());
 }
 
-/// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1.
-template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
+/// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1 (kPair false).
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kPair>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, const PartitionBounds& bounds, int partition,
                                              int row_block, int peer) {
@@ -190,6 +190,7 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
     const int32_t* table = kSparse ? nullptr : request_pages(p, pc.req);
     // Sparse: index columns [0, main_len) name main-cache rows, the rest extra-cache rows (main_len = len without one).
     const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;
+    RowRef carry[kFp8Passes] = {};  // fp8: the next tile's row lookups, made by this tile's prefetch
     for (int32_t j = 0; j < pc.n_tiles; ++j, ++g) {
       const uint32_t st = g & 1;
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
@@ -197,8 +198,8 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       if constexpr (kKind != KvKind::k16Bit) {
         // The tile before Q, as for 16-bit caches: Q waits for the previous piece's last Q K^T, and converting this
         // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece).
-        load_tile_fp8<kBf16, kKind, kSparse, kDqk>(p, pc.req, main_len, pc.len, t0, j + 1 < pc.n_tiles, sm, st,
-                                                   free_parity, ptid, peer);
+        load_tile_fp8<kBf16, kKind, kSparse, kDqk, !kPair>(p, pc.req, main_len, pc.len, t0, j + 1 < pc.n_tiles, sm,
+                                                           st, free_parity, ptid, peer, carry, j > 0);
         if (j == 0) load_q_once<kSparse, kDqk>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }
