@@ -243,8 +243,9 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       // holds kv_scale, read from device memory where no check sees its sign: its scores are scaled first.
       constexpr bool kRawMax = kKind != KvKind::kE4M3;
       // Each row's maximum over four partial maxima (chains of 4, not one of 16: max is exact in any order). A tile
-      // whose every column is visible to all of the warp's rows, as all but a request's last one are, skips the mask
-      // (ncu: the mask was about 100 of the 235 instructions before P V could start, with the tensor cores idle).
+      // whose every column is visible to all of the warp's rows skips the mask: in dense decode every tile but the
+      // last of a request (and, causal with s_q > 1, the few before it), in sparse decode a tile whose 64 ids are all
+      // valid (ncu: the mask was about 100 of the 235 instructions before P V could start, the tensor cores idle).
       float part[2][4];
 #pragma unroll
       for (int k = 0; k < 2; ++k) part[k][0] = part[k][1] = part[k][2] = part[k][3] = -INFINITY;

@@ -129,8 +129,9 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint
 /// (`carried`: true after the first tile of a piece), and this call leaves the next tile's there; with them the first
 /// row's loads are issued before anything else, without waiting for an id or a page (ncu, V3.2 and V4: the producer
 /// was busy ~96% of each tile, a fifth of it waiting for the same index loads twice, for the prefetch and for the
-/// rows). Measured on the H100 (docs/performance.md, 2026-11-27): unpaired fp8 rows -3 to -15%, but CTA pairs, which
-/// convert one row per thread and copy it to the peer, +0 to +5%; so pairs keep the lookups where they are used.
+/// rows). Measured on the H100 (docs/performance.md, 2026-11-27): unpaired fp8 rows -5.9 to -13.3%, but CTA pairs,
+/// which convert one row per thread and copy it to the peer, +0.2 to +4.9%; so pairs keep the lookups where they are
+/// used.
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kCarry>
 __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t main_len, int32_t len, int64_t t0,
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,

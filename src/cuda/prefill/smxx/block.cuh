@@ -43,10 +43,12 @@ __device__ __forceinline__ Block block_of_slot(const PrefillParams& p, int64_t s
   const auto passes = [&](int32_t r) { return clamped_cu(p.cu_q, p.cu_q_stride, r, p.t_q) / kM + r <= slot; };
   int32_t lo = 0, n = p.batch;  // the answer is in [lo, lo + n); r = lo passes, except perhaps r = 0
   while (n > 1) {
-    const int32_t step = (n + 63) / 64;  // candidates lo + i * step, i < 64, cover the range
-    const int32_t r0 = lo + lane * step, r1 = lo + (lane + 32) * step;
-    const uint32_t low = __ballot_sync(0xffffffffu, r0 < lo + n && passes(r0));
-    const uint32_t high = __ballot_sync(0xffffffffu, r1 < lo + n && passes(r1));
+    // Candidates lo + i * step, i < 64, cover the range. In 64-bit: with a batch near 2^31, n + 63 and the last
+    // candidates (up to lo + n + 62) would overflow 32 bits and read before cu_seqlens_q.
+    const int32_t step = n / 64 + (n % 64 != 0);
+    const int64_t r0 = int64_t(lo) + int64_t(lane) * step, r1 = r0 + int64_t(32) * step;
+    const uint32_t low = __ballot_sync(0xffffffffu, r0 < lo + n && passes(int32_t(r0)));
+    const uint32_t high = __ballot_sync(0xffffffffu, r1 < lo + n && passes(int32_t(r1)));
     // The last passing candidate (none: only r = 0 can fail, and then the answer is 0, as the binary search's).
     const int32_t i = high != 0 ? 63 - __clz(high) : (low != 0 ? 31 - __clz(low) : 0);
     const int32_t end = lo + n;
