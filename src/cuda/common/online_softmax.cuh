@@ -5,6 +5,9 @@
 
 namespace mlakit::cuda {
 
+/// ln(2): a base-2 log-sum-exp times it is the natural-log lse the kernels report.
+inline constexpr float kLn2 = 0.6931471805599453f;
+
 /// 2^x, a result below 2^-126 flushed to zero: one MUFU.EX2. exp2f without fast-math wraps it in a range test and two
 /// multiplies to produce subnormal results, which a softmax weight cannot use: every row sum holds the weight of the
 /// row's maximum, 1 (2^d with |d| within half an ulp of m where the maximum is taken over raw scores and scaled

@@ -16,9 +16,8 @@ inline constexpr int kDimQK = kDimC + kDimR;   // 576
 inline constexpr int kDimV = kDimC;            // 512
 /// Elements per 16-byte vector of a 16-bit type.
 inline constexpr int kVec16 = 8;
-/// The kernels run the softmax in base 2 (exp2f) and report the LSE in natural log.
+/// The kernels run the softmax in base 2 (exp2f) and report the LSE in natural log (kLn2: common/online_softmax.cuh).
 inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 static_assert(kDimQK == kDimV + kDimR, "V is the first d_c columns of K");
 

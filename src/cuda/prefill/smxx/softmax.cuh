@@ -16,7 +16,7 @@ __device__ __forceinline__ float row_out_factor(float l) { return l > 0.0f ? 1.0
 /// A row's lse = ln(sum of exp) (-inf for a row that saw no key), written by the quad's first lane (tig 0).
 __device__ __forceinline__ void store_row_lse(const PrefillParams& p, float m, float l, int64_t token, int h, int tig) {
   if (p.lse != nullptr && tig == 0) {
-    p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = l > 0.0f ? (m + log2f(l)) * 0.69314718f : -INFINITY;
+    p.lse[token * p.lse_stride_t + int64_t(h) * p.lse_stride_h] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
   }
 }
 
