@@ -125,14 +125,13 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint
 /// config.h): this CTA converts only its half of the rows (pass = its rank) and copies them into the peer's stage,
 /// completing on the peer's full barriers; its own full barriers expect the peer's half the same way.
 ///
-/// kCarry (CTAs without a pair): `carry` holds the row lookups of this tile, made by the previous call's prefetch
-/// (`carried`: true after the first tile of a piece), and this call leaves the next tile's there; with them the first
-/// row's loads are issued before anything else, without waiting for an id or a page (ncu, V3.2 and V4: the producer
-/// was busy ~96% of each tile, a fifth of it waiting for the same index loads twice, for the prefetch and for the
-/// rows). Measured on the H100 (docs/performance.md, 2026-11-27): unpaired fp8 rows -5.9 to -13.3%, but CTA pairs,
-/// which convert one row per thread and copy it to the peer, +0.2 to +4.9%; so pairs keep the lookups where they are
-/// used.
-template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kCarry>
+/// `carry` holds the row lookups of this tile, made by the previous call's prefetch (`carried`: true after the first
+/// tile of a piece), and this call leaves the next tile's there, so no row waits for its id or page twice (ncu, V3.2
+/// and V4: the producer was busy ~96% of each tile, a fifth of it waiting for the same index loads twice, for the
+/// prefetch and for the rows). kLoadFirst (CTAs without a pair): the first row's loads are issued before the prefetch.
+/// Measured on the H100 (docs/performance.md, 2026-11-27), both together: unpaired fp8 rows -5.9 to -13.3%, but CTA
+/// pairs, which convert one row per thread and copy it to the peer, +0.2 to +4.9%; so pairs load in place.
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kLoadFirst>
 __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t main_len, int32_t len, int64_t t0,
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,
                                               int ptid, int peer, RowRef (&carry)[kFp8Passes], bool carried) {
@@ -148,7 +147,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // indexed array, keep them in registers (an indexed one went to the stack).
   const RowRef mine0 = carry[0], mine1 = carry[1];
   const auto ref_of = [&](int k) {  // the row of pass k of this tile
-    if (kCarry && carried) return k == 0 ? mine0 : mine1;
+    if (carried) return k == 0 ? mine0 : mine1;
     RowRef ref{};
     with_tile_id_set<kSparse>(t0, kBlockN, main_len, len, [&](auto set) {
       ref = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t0 + row0 + kFp8RowsPerPass * k, main_len, len);
@@ -156,7 +155,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     return ref;
   };
   Fp8Row<kKind, kDqk> r;
-  if constexpr (kCarry) load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);  // in flight under the next tile's prefetch
+  if constexpr (kLoadFirst) load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);  // in flight under the prefetch
   if (has_next) {
     // Each of a row's 4 threads prefetches every 4th of the 128-byte lines the row touches (counted from the line
     // holding its first byte: a row may start anywhere in a line), and thread 0 its fp8_ds_v4 scale block, which lies
@@ -166,8 +165,8 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
       const int64_t t = t0 + kBlockN + row0 + kFp8RowsPerPass * k;
       with_tile_id_set<kSparse>(t0 + kBlockN, kBlockN, main_len, len, [&](auto set) {
         const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
-        if (kCarry && k == 0) carry[0] = next;
-        if (kCarry && k == 1) carry[1] = next;
+        if (k == 0) carry[0] = next;
+        if (k == 1) carry[1] = next;
         if (next.row == nullptr) return;
         const auto first = reinterpret_cast<uintptr_t>(next.row) & ~uintptr_t(127);
         const int span = int(reinterpret_cast<uintptr_t>(next.row) - first) + kRowBytes;  // bytes from `first`
@@ -183,7 +182,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
 #pragma unroll 1
   for (int k = first_pass; k < end_pass; ++k) {
     const int row = row0 + kFp8RowsPerPass * k;
-    if (!kCarry || k != first_pass) load_fp8_row<kKind, kDqk>(ref_of(k), q, r);
+    if (!kLoadFirst || k != first_pass) load_fp8_row<kKind, kDqk>(ref_of(k), q, r);
     if (k == first_pass) {
 #pragma unroll
       for (int part = 0; part < kUsedParts; ++part) mbar_wait(sm.empty(st, part), free_parity);
