@@ -124,6 +124,27 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
+/// advance_rows (common/online_softmax.cuh) with a lazy reference: a row keeps its maximum m while the tile's stays
+/// within 2^kLazyLog2 of it, so alpha is exactly 1 and both warpgroups skip the 128-multiply rescale of O (ncu on
+/// 40c9a47: 35% of dense and 67 - 93% of sparse warp-tiles rescaled, between the P hand-over and P V). Weights are then
+/// at most 2^8, which fp32 sums and bf16 / fp16 P hold without loss of relative precision; lse = m + log2(l) holds for
+/// any reference m. kTrackMax (sparse decode, which may write max_logits): m_max keeps the true maximum.
+inline constexpr float kLazyLog2 = 8.0f;
+template <bool kTrackMax>
+__device__ __forceinline__ void advance_rows_lazily(float (&mx)[2], float (&m)[2], float (&m_max)[2], float (&l)[2],
+                                                    float (&alpha)[2], float (&m_use)[2]) {
+  reduce_row_maxima(mx);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    if constexpr (kTrackMax) m_max[e] = fmaxf(m_max[e], mx[e]);
+    const float m_new = mx[e] > m[e] + kLazyLog2 ? mx[e] : m[e];  // m = -inf: any finite mx moves it
+    m_use[e] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[e] = m_new == m[e] ? 1.0f : exp2f(m[e] - m_use[e]);
+    m[e] = m_new;
+    l[e] *= alpha[e];
+  }
+}
+
 /// A consumer thread's place in its warpgroup's accumulators (header comment): its lane and its two rows of the block.
 struct AccLane {
   int lane;
@@ -189,6 +210,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
   float s[32];
   uint32_t pa[4][4];
   float m[2], l[2];
+  float m_max[2];  // sparse max_logits: each row's largest scaled logit (m is only the reference the weights use)
   uint32_t g0 = 0;  // tiles of this CTA before the current piece
   uint32_t piece = 0;
 
@@ -205,6 +227,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
     }
     zero_o(o);
     m[0] = m[1] = -INFINITY;
+    m_max[0] = m_max[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
     LaneIds ids;  // sparse: the ids of the next tile to mask, read while Q (then the previous tile) is awaited
     if constexpr (kSparse) ids = sparse_lane_ids(p, pc.req, int64_t(pc.t_begin) * kBlockN, main_len, pc.len, lane);
@@ -275,7 +298,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
         mx[1] *= scale_log2;
       }
       float m_use[2], alpha[2];
-      advance_rows(mx, m, l, alpha, m_use);  // nothing visible yet: p = 0, alpha = 0
+      advance_rows_lazily<kSparse>(mx, m, m_max, l, alpha, m_use);  // nothing visible yet: p = 0
       float psum[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -352,8 +375,8 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       if constexpr (kSparse) {
         if (direct && !empty) inv[k] *= sink_factor(p, h, lse);  // a split row gets it in the combine
         if (p.max_logits != nullptr && tig == 0) {
-          // m is the row's largest visible logit times log2(e) (tau and kv_scale folded in), final after the last tile.
-          const float max_logit = empty ? -INFINITY : m[k] * kLn2;
+          // m_max is the row's largest visible logit times log2(e) (tau and kv_scale folded in).
+          const float max_logit = empty ? -INFINITY : m_max[k] * kLn2;
           if (direct) {
             p.max_logits[request_offset<kSparse>(p, pc.req, p.max_logits_stride_b, p.max_logits_stride_s) +
                          int64_t(i) * p.max_logits_stride_s + int64_t(h) * p.max_logits_stride_h] = max_logit;
