@@ -160,6 +160,10 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_
   return d;
 }
 
+/// The descriptor of the operand `bytes` past the one `desc` describes (same strides and swizzle): the address field
+/// holds address / 16 in 14 bits, and shared memory (at most 228 KB) keeps the sum below 2^14, so no carry leaves it.
+__device__ __forceinline__ uint64_t desc_plus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 /// Before the first wgmma of a batch: orders earlier register writes (accumulators, A fragments).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
