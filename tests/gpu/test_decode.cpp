@@ -577,6 +577,41 @@ TEST_P(DecodeSupports, RefusesWhatItDoesNotImplement) {
   }
 }
 
+// out rows that are not 16-byte aligned (the pointer, or a row stride) are refused by name: the kernels write out in
+// 16-byte pieces (the Hopper epilogue since its 16-byte stores), so no such row may reach them. In memory of its own,
+// so that the moved view lies inside an allocation and overlaps nothing.
+TEST_P(DecodeSupports, RefusesOutRowsNot16ByteAligned) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {5, 70};
+  DecodeCase c = DecodeCase::generate(cfg);
+  DeviceCase d;
+  d.upload(c, true);
+  ASSERT_TRUE(be.supports(d.problem).ok()) << be.supports(d.problem).message();
+  const TensorView out = d.problem.out;  // [b, s_q, h_q, d_c], contiguous
+  const int64_t padded = out.shape[3] + 4;  // 8 bytes more per row: rows 8-byte, not 16-byte, aligned
+  DeviceBuffer room(size_t(out.shape[0] * out.shape[1] * out.shape[2] * padded * 2 + 16));
+  ASSERT_NE(room.ptr, nullptr);
+  {
+    DecodeProblem p = d.problem;
+    p.out.data = static_cast<uint8_t*>(room.ptr) + 8;
+    const Status st = be.supports(p);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
+    EXPECT_NE(st.message().find("out.data"), std::string::npos) << st.message();
+  }
+  {
+    DecodeProblem p = d.problem;
+    p.out.data = room.ptr;
+    p.out.stride[2] = padded;
+    p.out.stride[1] = out.shape[2] * padded;  // h_q = 16: 16-byte multiples, so only stride[2] is refused
+    p.out.stride[0] = out.shape[1] * p.out.stride[1];
+    const Status st = be.supports(p);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
+    EXPECT_NE(st.message().find("out.stride[2]=" + std::to_string(padded)), std::string::npos) << st.message();
+  }
+}
+
 // ---- selection: the Hopper path where it can run, the portable one elsewhere, each with its reason ----
 TEST(DecodeSelection, HopperPathChosenOnlyWhereItRuns) {
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device";

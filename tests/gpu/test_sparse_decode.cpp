@@ -257,6 +257,65 @@ TEST_P(SparseEdges, IdsPastTheCacheAreNoKey) {
   run_and_check(c, *be, true, [&](DeviceSparse& d) { d.indices.copy_from(device_ids); });
 }
 
+// out with padded rows, 16-byte aligned: each head's row 8 elements past d_v, tokens and requests 8 and 16 elements
+// further apart. The Hopper epilogue's 16-byte stores (direct pieces: topk 64) and the combine (split pieces: topk
+// 2048) place each row by the strides; the poisoned padding stays untouched. V3's and V4's geometry.
+TEST_P(SparseEdges, PaddedOutRows) {
+  SPARSE_BACKEND_OR_SKIP(be, GetParam());
+  for (bool v4 : {false, true}) {
+    for (int64_t topk : {64, 2048}) {
+      SparseCaseConfig cfg;
+      cfg.batch = 2;
+      cfg.s_q = 2;
+      cfg.h_q = 20;  // rows 20..63 of the row block: their quads exchange words but store nothing
+      cfg.topk = topk;
+      if (v4) cfg.dims = MlaDims::deepseek_v4();
+      cfg.num_pages = std::max<int64_t>(2, (topk + 200) / cfg.page_size + 1);
+      cfg.seed = uint64_t(41 + topk + (v4 ? 1 : 0));
+      SparseCase c = SparseCase::generate(cfg);
+      SCOPED_TRACE(describe(c) + " v4=" + std::to_string(v4));
+      const int64_t d_v = cfg.dims.d_v();
+      const int64_t sh = d_v + 8, ss = cfg.h_q * sh + 8, sb = cfg.s_q * ss + 16;  // strides in elements
+      const size_t padded_elems = size_t(cfg.batch * sb);
+      DeviceSparse d;
+      d.upload(c, true);
+      DeviceBuffer padded;
+      DeviceBuffer::upload(&padded, std::vector<uint16_t>(padded_elems, kPoison16));
+      d.problem.out = TensorView::strided(padded.get(), cfg.q_dtype, {cfg.batch, cfg.s_q, cfg.h_q, d_v},
+                                          {sb, ss, sh, 1}, d.problem.out.device);
+      const Status sup = be->supports(d.problem);
+      ASSERT_TRUE(sup.ok()) << sup.to_string();
+      const size_t ws_bytes = be->workspace_bytes(d.problem);
+      ASSERT_GT(ws_bytes, 0u);
+      d.ws.allocate(ws_bytes);
+      SPARSE_CUDA(cudaMemset(d.ws.get(), kPoison, ws_bytes));
+      const Status st = be->run(d.problem, Workspace{d.ws.get(), ws_bytes}, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      SPARSE_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> got = padded.download<uint16_t>(padded_elems);
+      std::vector<uint16_t> rows;  // out's rows, packed
+      std::vector<bool> in_row(padded_elems, false);
+      for (int64_t b = 0; b < cfg.batch; ++b) {
+        for (int64_t i = 0; i < cfg.s_q; ++i) {
+          for (int64_t h = 0; h < cfg.h_q; ++h) {
+            for (int64_t e = 0; e < d_v; ++e) {
+              const size_t at = size_t(b * sb + i * ss + h * sh + e);
+              rows.push_back(got[at]);
+              in_row[at] = true;
+            }
+          }
+        }
+      }
+      size_t touched = 0;
+      for (size_t k = 0; k < padded_elems; ++k) touched += !in_row[k] && got[k] != kPoison16;
+      EXPECT_EQ(touched, 0u) << "elements of the padding written";
+      const Status ref = reference::sparse_decode(c.problem());
+      ASSERT_TRUE(ref.ok()) << ref.to_string();
+      EXPECT_TRUE(check_out(to_floats(rows, cfg.q_dtype), c.out_floats(), c.row_vmax(), d_v, cfg.q_dtype));
+    }
+  }
+}
+
 // A prefill-sized call: more query tokens than a grid's y dimension holds (65,535), s_q = 1, few heads.
 TEST_P(SparseEdges, PrefillBatchOf70000Tokens) {
   SPARSE_BACKEND_OR_SKIP(be, GetParam());
@@ -445,6 +504,40 @@ TEST_P(SparseSupports, RefusesWhatItDoesNotImplement) {
   s = be->supports(p);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("d_c"), std::string::npos) << s.message();
+}
+
+// out rows that are not 16-byte aligned (the pointer, or a row stride) are refused by name: the kernels write out in
+// 16-byte pieces (the Hopper epilogue since its 16-byte stores). DeviceBuffer keeps 256 bytes past its size, so the
+// moved views stay inside their allocations and overlap nothing.
+TEST_P(SparseSupports, RefusesOutRowsNot16ByteAligned) {
+  SPARSE_BACKEND_OR_SKIP(be, GetParam());
+  for (bool v4 : {false, true}) {
+    SparseCaseConfig cfg;
+    cfg.seed = 39;
+    if (v4) cfg.dims = MlaDims::deepseek_v4();
+    SparseCase c = SparseCase::generate(cfg);
+    DeviceSparse d;
+    d.upload(c, true);
+    SCOPED_TRACE(describe(c));
+    ASSERT_TRUE(be->supports(d.problem).ok()) << be->supports(d.problem).message();
+    const TensorView out = d.problem.out;  // [b, s_q, h_q, d_v], contiguous
+    const int64_t padded = out.shape[3] + 4;  // 8 bytes more per row: rows 8-byte, not 16-byte, aligned
+    DeviceBuffer room(size_t(out.shape[0] * out.shape[1] * out.shape[2] * padded * 2));
+    ASSERT_NE(room.get(), nullptr);
+    SparseDecodeProblem p = d.problem;
+    p.out.data = static_cast<uint8_t*>(room.get()) + 8;
+    Status s = be->supports(p);
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+    EXPECT_NE(s.message().find("out.data"), std::string::npos) << s.message();
+    p = d.problem;
+    p.out.data = room.get();
+    p.out.stride[2] = padded;
+    p.out.stride[1] = out.shape[2] * padded;  // h_q = 16: 16-byte multiples, so only stride[2] is refused
+    p.out.stride[0] = out.shape[1] * p.out.stride[1];
+    s = be->supports(p);
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+    EXPECT_NE(s.message().find("out.stride[2]=" + std::to_string(padded)), std::string::npos) << s.message();
+  }
 }
 
 // ---- selection: the Hopper path on sm_90 for every format, except fp8 with <= 16 query rows (the portable one is

@@ -170,27 +170,81 @@ __device__ __forceinline__ void zero_o(float (&o)[128]) {
   fence_registers(o);
 }
 
-/// Writes this thread's columns of output half `half` of query row mrow (its row k) times inv: to out when the piece
-/// is the whole request, else to the piece's partial slot (fp32, for the combine).
-template <bool kBf16, bool kSparse>
-__device__ __forceinline__ void store_o_row(const DecodeParams& p, const Piece& pc, const float (&o)[128], int k,
-                                            int mrow, int half, int tig, float inv) {
-  const int col0 = half * (kDimV / 2) + 2 * tig;
-  if (pc.slot < 0) {
-    const int i = mrow / p.h_q;
-    const int h = mrow % p.h_q;
-    uint8_t* orow = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, pc.req, p.out_stride_b, p.out_stride_s) +
-                                                    int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h) * 2;
+/// The 16-bit output words of n-tiles 4 q .. 4 q + 3 of one of this thread's rows, transposed within the quad (lanes
+/// 4 gid .. 4 gid + 3, which hold the same row): on entry w[r] holds columns 2 tig, 2 tig + 1 of n-tile 4 q + r; on
+/// return w[s] holds columns 2 s, 2 s + 1 of n-tile 4 q + tig, that n-tile's 8 values in order. Two __shfl_xor stages
+/// (lane bit 1, then bit 0); at each, the words whose slot bit differs from the lane's bit move to the partner lane,
+/// into the slot with that bit flipped. Every lane of the warp takes part.
+__device__ __forceinline__ void quad_transpose_words(uint32_t (&w)[4], int tig) {
 #pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      *reinterpret_cast<uint32_t*>(orow + (col0 + 8 * nt) * 2) =
-          pack_float2<kBf16>(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+  for (int m = 2; m >= 1; m /= 2) {
+    const bool hi = (tig & m) != 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j & m) continue;  // the slot pair (j, j + m)
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? w[j] : w[j + m], m);
+      if (hi) {
+        w[j] = got;
+      } else {
+        w[j + m] = got;
+      }
+    }
+  }
+}
+
+/// Writes this thread's columns of output half `half` of its query rows mrow[k] (its rows k = 0, 1) times inv[k]: to
+/// out when the piece is the whole request, else to the piece's partial slot (fp32, for the combine). Rows at or past
+/// p.rows are not written. Every lane of the warp calls this (the direct path exchanges words within each quad).
+///
+/// Direct: one 16-byte store per row and n-tile, after quad_transpose_words; the 4-byte stores straight from the
+/// accumulator layout were lg-throttled (ncu, V4 sparse h128: the S warpgroup's epilogue was 20% of its samples).
+/// Both rows of 4 n-tiles go together, so that the 16 consecutive accumulators they free can take the transposed
+/// words (a 16-byte store reads 4 aligned registers; a row at a time, the V warpgroup spilled at kVRegs). out's rows
+/// are 16-byte aligned: check_q_kv_out (smxx/host.cpp, check_rows_16) refuses an out whose pointer or any stride but
+/// the last is not, on every path that launches this kernel, so there is no 4-byte form.
+template <bool kBf16, bool kSparse>
+__device__ __forceinline__ void store_o(const DecodeParams& p, const Piece& pc, const float (&o)[128],
+                                        const int (&mrow)[2], int half, int tig, const float (&inv)[2]) {
+  if (pc.slot < 0) {
+    uint8_t* base[2];  // n-tile 4 q + tig of row k at base[k] + 64 q
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int i = mrow[k] / p.h_q;
+      const int h = mrow[k] % p.h_q;
+      base[k] = static_cast<uint8_t*>(p.out) + (request_offset<kSparse>(p, pc.req, p.out_stride_b, p.out_stride_s) +
+                                                int64_t(i) * p.out_stride_s + int64_t(h) * p.out_stride_h +
+                                                half * (kDimV / 2) + 8 * tig) * 2;
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      uint32_t w[2][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int nt = 4 * q + r;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          w[k][r] = pack_float2<kBf16>(o[4 * nt + 2 * k] * inv[k], o[4 * nt + 2 * k + 1] * inv[k]);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        quad_transpose_words(w[k], tig);
+        if (mrow[k] < p.rows) {
+          *reinterpret_cast<uint4*>(base[k] + 64 * q) = make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
+        }
+      }
     }
   } else {
-    float* orow = p.part_out + (int64_t(pc.slot) * p.rows + mrow) * kDimV;
+    const int col0 = half * (kDimV / 2) + 2 * tig;
 #pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      *reinterpret_cast<float2*>(orow + col0 + 8 * nt) = make_float2(o[4 * nt + 2 * k] * inv, o[4 * nt + 2 * k + 1] * inv);
+    for (int k = 0; k < 2; ++k) {
+      if (mrow[k] >= p.rows) continue;
+      float* orow = p.part_out + (int64_t(pc.slot) * p.rows + mrow[k]) * kDimV;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        *reinterpret_cast<float2*>(orow + col0 + 8 * nt) =
+            make_float2(o[4 * nt + 2 * k] * inv[k], o[4 * nt + 2 * k + 1] * inv[k]);
+      }
     }
   }
 }
@@ -398,11 +452,12 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       }
     }
     consumer_barrier(kBarEpilogue);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int mrow = row_block * kRows + at.rloc[k];
-      if (mrow < p.rows) store_o_row<kBf16, kSparse>(p, pc, o, k, mrow, 0, tig, inv[k]);
-    }
+    // The rows again, from an opaque copy of row_block and as row 0 + 8: so derived, they are not kept in registers
+    // through the tile loop (ptxas did, and spilled in the 16-bit sparse kernels, without the copy or with rloc[1]).
+    int rb = row_block;
+    asm volatile("" : "+r"(rb));
+    const int mrow[2] = {rb * kRows + at.rloc[0], rb * kRows + at.rloc[0] + 8};
+    store_o<kBf16, kSparse>(p, pc, o, mrow, 0, tig, inv);
     g0 += n;
     ++piece;
   });
@@ -449,11 +504,11 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
     // No second barrier after the reads of o_scale: the S warpgroup rewrites it only in the next piece's epilogue,
     // after that piece's first kBarPReady, which this warpgroup reaches only once these reads are done.
     consumer_barrier(kBarEpilogue);
+    const int mrow[2] = {row_block * kRows + at.rloc[0], row_block * kRows + at.rloc[1]};
+    float inv[2];
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int mrow = row_block * kRows + at.rloc[k];
-      if (mrow < p.rows) store_o_row<kBf16, kSparse>(p, pc, o, k, mrow, 1, at.tig, sm.o_scale()[at.rloc[k]]);
-    }
+    for (int k = 0; k < 2; ++k) inv[k] = mrow[k] < p.rows ? sm.o_scale()[at.rloc[k]] : 0.0f;  // set for those rows only
+    store_o<kBf16, kSparse>(p, pc, o, mrow, 1, at.tig, inv);
     g0 += n;
   });
 }
