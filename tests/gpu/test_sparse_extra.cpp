@@ -358,6 +358,28 @@ TEST(SparseExtraEdges, EmptyAndInvalidSets) {
   }
 }
 
+// The same edges and max_logits at few heads on the portable path (V4's 16-head shards run there on sm_90 too, and
+// kernels that hold all of a token's rows in one CTA take other code paths below 17 rows): fp8_ds_v4 at 3 and 16
+// heads, split (3 requests) and unsplit (400) rows.
+TEST(SparseExtraEdges, FewHeadsOnThePortablePath) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda");
+  if (be == nullptr) GTEST_SKIP() << why;
+  uint64_t seed = 4100;
+  for (const int64_t h_q : {int64_t(3), int64_t(16)}) {
+    for (const Edge e : {Edge::kNone, Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kBothLengthsZero}) {
+      for (const int64_t batch : {int64_t(3), int64_t(400)}) {
+        ExtraConfig c{KvFormat::kFP8DsV4, h_q, 2, 96, 70, 61, 64, /*lengths=*/true,
+                      /*sink=*/e != Edge::kBothLengthsZero, ++seed};
+        c.batch = batch;
+        c.edge = e;
+        run_case(*be, c);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // Selection on sm_90 (issue 13): V4's geometry, fp8_ds_v4 and the extra cache go to the Hopper path from 17 query rows
 // per request; below, fp8 caches go to `cuda` with the Hopper path's reason named, bf16 stays on the Hopper path.
 TEST(SparseExtraSelection, HopperPathTakesV4AndTheExtraCache) {

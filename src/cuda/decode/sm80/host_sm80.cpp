@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/decode/sm80/config.h"
+#include "cuda/decode/sm80/few_rows_launch.h"
 #include "cuda/decode/sm80/launch.h"
 #include "cuda/decode/smxx/host.h"
 #include "cuda/decode/smxx/launch.h"
@@ -22,6 +23,15 @@ int row_groups_for(int64_t rows) {
 }
 
 int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups == 2 ? 1 : 2; }
+
+// ---- the few-row sparse kernel (few_rows.cuh; issue 13, docs/experiments/smxx-sparse-few-rows-study.md) ----
+/// Whether a call goes to the few-row kernel: sparse decode, q bf16, DeepSeek V4 geometry with an fp8_ds_v4 cache, at
+/// most 16 rows (heads) per query token, where converting K in registers straight into mma fragments beats the
+/// portable kernel's dequantised tile (H100, b128 s_q 2 h16 top-k 128 + 512: 0.0662 against 0.0883 ms). Its plan,
+/// workspace and combine are the portable kernel's (tile shift 5).
+bool use_few_rows(int64_t rows, const Sm80Variant& v) {
+  return v.sparse && v.bf16 && v.v4 && v.kind == KvKind::kDsV4 && rows <= kRowsPerGroup;
+}
 
 /// The one place where a variant becomes template values: calls f.template operator()<kBf16, kKind, kSparse, kDqk>().
 /// V4's geometry has instantiations for sparse decode with q in bf16 only (check_geometry refuses the rest).
@@ -58,6 +68,18 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(&facts));
   Sm80Shape s;
+  if (use_few_rows(rows, v)) {  // one CTA per partition, all rows in it
+    int& few = facts->sm80_few_rows_ctas;
+    if (few < 1) MLAKIT_TRY(few_rows_dsv4_occupancy(&few));
+    if (few < 1) return Status::internal("decode: the few-row kernel does not fit on an SM of this device");
+    s.row_groups = 1;
+    s.row_blocks = 1;
+    s.partitions = int64_t(facts->info.num_sms) * few;
+    s.pdl = facts->info.sm_major >= 9;
+    s.few_rows = true;
+    *out = s;
+    return {};
+  }
   s.row_groups = row_groups_for(rows);
   const int64_t per_cta = int64_t(s.row_groups) * kRowsPerGroup;
   s.row_blocks = int((rows + per_cta - 1) / per_cta);
@@ -76,6 +98,10 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
 }
 
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
+  if (shape.few_rows) {
+    MLAKIT_TRY(launch_few_rows_dsv4(d, stream, shape.pdl));
+    return launch_combine(d, v.bf16, stream, shape.pdl);
+  }
   MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
     return launch_decode_kernel<kBf16, kKind, kSparse, kDqk>(d, shape.row_groups, shape.row_blocks, stream, shape.pdl);
   }));

@@ -27,6 +27,7 @@ struct Sm80Shape {
   int row_blocks = 0;      // CTAs per request along the rows
   int64_t partitions = 0;  // G: CTA columns, one full wave of the kernel
   bool pdl = false;        // programmatic dependent launch (sm_90+)
+  bool few_rows = false;   // the few-row kernel (few_rows.cuh) instead of the portable one (host_sm80.cpp)
 };
 
 /// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q).

@@ -1,0 +1,494 @@
+#pragma once
+// The few-row sparse decode kernel (issue 13; design: docs/experiments/smxx-sparse-few-rows-study.md, section 5):
+// DeepSeek V4 geometry (d_qk 512 = 448 e4m3 with UE8M0 group scales + 64 bf16 RoPE, V = the whole row), fp8_ds_v4
+// cache, q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync m16n8k16, cp.async).
+// Device code only. It reads the same plan (PartitionBounds, pieces as for_each_piece walks them) and writes the same
+// outputs as the portable kernel (kernel.cuh): out + lse + max_logits for a whole request, part_out / part_lse /
+// part_max in the partition's slot for a split one, so combine.cu and the host plan are unchanged.
+//
+// Shape. One CTA = one plan partition (grid (1, G)); its pieces are query tokens (sparse plan requests), so the
+// CTA's 16 mma rows are the heads h < h_q (rows h >= h_q are zero and never written). 8 warps. Warp g owns the
+// 64-dimension slice g = [64 g, 64 g + 64) of the row for both products:
+//   Q K^T: the partial S_g = Q[:, slice g] K[:, slice g]^T (4 k-steps x 4 token n-tiles = 16 mma per 32-token tile);
+//   P V:   O[:, slice g] += P V[:, slice g]             (2 k-steps x 8 column n-tiles = 16 mma per tile).
+// Slices 0-6 are exactly fp8_ds_v4's seven UE8M0 groups (64 e4m3 bytes each); slice 7 is the bf16 RoPE part.
+//
+// mma.sync.m16n8k16 fragment maps (PTX ISA "Matrix Fragments for mma.m16n8k16", 16-bit A/B, f32 C), with
+// gid = lane / 4 and tig = lane % 4; each register holds two 16-bit values, the lower-indexed one in the low half:
+//   A (16 x 16, row-major, M x K): a0 = A[gid][2tig, 2tig+1]     a1 = A[gid+8][2tig, 2tig+1]
+//                                  a2 = A[gid][2tig+8, 2tig+9]   a3 = A[gid+8][2tig+8, 2tig+9]
+//   B (16 x 8, "col", K x N):      b0 = B[2tig, 2tig+1][gid]     b1 = B[2tig+8, 2tig+9][gid]
+//   C (16 x 8, f32, M x N):        c0, c1 = C[gid][2tig, 2tig+1] c2, c3 = C[gid+8][2tig, 2tig+1]
+//
+// The d-permutation (study 5.2). Q K^T sums over d, so any bijection applied to the k index of both A (Q) and B (K)
+// leaves S unchanged. In k-step s (0..3) of slice g the k indices map to dimensions of the slice as
+//   k = 2tig + e      (e = 0, 1) -> 16 tig + 4 s + e
+//   k = 2tig + 8 + e  (e = 0, 1) -> 16 tig + 4 s + 2 + e,
+// a bijection of 16 k x 4 steps onto the 64 dimensions. So thread (gid, tig) needs, for all 4 steps, exactly the 16
+// consecutive dimensions [16 tig, 16 tig + 16) of its B column (token gid of the n-tile) and of its A rows (heads gid
+// and gid + 8); with those 16 values as 8 bf16x2 words w[0..7] in natural order (w[i] = dims 2i, 2i + 1):
+//   step s: a = {q_lo.w[2s], q_hi.w[2s], q_lo.w[2s+1], q_hi.w[2s+1]} (q_lo: head gid, q_hi: head gid + 8),
+//           b0 = k.w[2s], b1 = k.w[2s+1].
+// For an e4m3 slice the 16 values are one conflict-free 16-byte LDS of raw bytes and 8 exact e4m3x2 -> bf16x2
+// conversions, unscaled; for the RoPE slice they are two 16-byte LDS of bf16. Q's A fragments are loaded with the same
+// map straight from global memory, once per piece, and stay in registers.
+//
+// Scales on S and P (study 5.4). Slice g < 7 has one scale per token, s = 2^(e - 127). The partial S_g (fp32) is
+// multiplied by it per C column (token), and P by the same scale before it is packed into A fragments for slice g's
+// P V (the C columns of n-tile 2kk + h are the A k indices of P's k-step kk: the same tokens). For a power of two this
+// equals scaling the values (what the reference and kernel.cuh do) up to summation order, outside overflow/underflow.
+//
+// V (study 5.3). Warp g < 7 stores the 8 words it converted for K (dimensions 16 tig .. 16 tig + 15 of token gid of
+// each n-tile, i.e. natural order) into its private bf16 slice [32 tokens][64 dims] (row stride 144 B), and P V
+// reads it with ldmatrix.x4.trans, as kernel.cuh reads its dequantised tile. Warp 7 reads V straight from the stage's
+// bf16 RoPE area (same stride 144 B).
+//
+// Per 32-token tile `it` (stage it % 3), per warp:
+//   (a) K fragments from the raw stage (+ the private V slice), Q K^T into acc[4 n-tiles];
+//   (b) partial S scaled by the token scales, stored (fp32) to spart[g]; barrier A;
+//       then the gather of tile it + 2 into stage (it + 2) % 3 (its last readers were tile it - 1's, all done at A),
+//       with ids read one tile earlier (id_ahead), and the ids of tile it + 3 are read;
+//   (c) warp g reduces rows 2g, 2g + 1 (lane: row 2g + lane / 16, tokens 2 (lane % 16) + {0, 1}) over the 8
+//       partials, masks ids that name no row, updates the running max (online softmax in base 2, fp32), stores P
+//       (fp32) and alpha; cp.async.wait_group for tile it + 1; barrier B;
+//   (e) O rescaled by alpha (skipped when every alpha of the warp's rows is 1), P fragments packed (times the scales),
+//       P V.
+// Two CTA barriers per tile. Invalid ids (negative, past their cache, past the piece) are zero-filled and masked out.
+//
+// The index maps above (Q and K fragments, the d-permutation, scales on S and P, the S partial and P layouts, the V
+// ldmatrix.trans addresses) are emulated against plain matrix products by
+// docs/experiments/smxx-sparse-few-rows-fragsim.py.
+// Known edge: a UE8M0 exponent of 255 (+inf scale) or 0 (2^-127) applied to S and P instead of to the values can
+// differ from the reference where it overflows or underflows (study section 6, risk 5).
+// Include only from instantiations/bf16_dsv4_sparse_few_rows.cu: the kernel is a non-template __global__.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ue8m0.cuh"
+#include "cuda/decode/sm80/config.h"
+#include "cuda/decode/smxx/cta_plan.cuh"
+#include "cuda/decode/smxx/dequant.cuh"
+#include "cuda/decode/smxx/params.h"
+#include "cuda/decode/smxx/plan.cuh"
+
+namespace mlakit::cuda::decode {
+
+namespace few_rows {
+
+inline constexpr int kWarps = 8;
+inline constexpr int kThreads = kWarps * 32;
+/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v: 128 registers, no spills, sm_80 and sm_90a).
+inline constexpr int kMinBlocks = 2;
+inline constexpr int kRows = 16;        // mma M: heads of one query token (h_q <= 16)
+inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's tile shift 5)
+inline constexpr int kRing = 3;  // raw stages (the portable kernel's kStages is 2)
+inline constexpr int kSlice = 64;       // dimensions per warp slice
+inline constexpr int kFp8Slices = ds_v4::kNumGroups;  // 7: slices 0-6 are e4m3 groups, slice 7 the bf16 RoPE
+static_assert(kFp8Slices + 1 == kWarps && kSlice == ds_v4::kGroupSize && kSlice * kWarps == kDimQKV4);
+
+// ---- raw stage: one tile's rows, split into three areas as the gather scatters them ----
+inline constexpr int kFp8Stride = ds_v4::kDimC;        // 448 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
+inline constexpr int kRopeStride = ds_v4::kDimR * 2 + 16;  // 144 B: 16 mod 128 (ldmatrix / LDS.128 conflict-free)
+inline constexpr int kScaleStride = ds_v4::kScaleBytes;    // 8 B
+inline constexpr int kFp8Off = 0;
+inline constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;       // 14,336
+inline constexpr int kScaleOff = kRopeOff + kTile * kRopeStride;    // 18,944
+inline constexpr int kStageBytes = kScaleOff + kTile * kScaleStride;  // 19,200
+// ---- the rest of the CTA's shared memory ----
+inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a private bf16 V slice
+inline constexpr int kVSliceBytes = kTile * kVStride;  // 4,608
+inline constexpr int kSPartStride = 40;  // floats per row of a partial S: 8 gid x 2 tig stores hit 32 distinct banks
+inline constexpr int kPStride = 40;      // floats per row of P: the A-fragment LDS.64 (rows gid, cols 2 tig) likewise
+inline constexpr int kStagesOff = 0;
+inline constexpr int kVOff = kStagesOff + kRing * kStageBytes;            // 57,600
+inline constexpr int kSPartOff = kVOff + kFp8Slices * kVSliceBytes;         // 89,856
+inline constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;  // 110,336
+inline constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;              // 112,896: float [16]
+inline constexpr int kStatOff = kAlphaOff + kRows * 4;                      // float m[16], l[16] (epilogue)
+inline constexpr int kValidOff = kStatOff + 2 * kRows * 4;                  // uint8 [kRing][32]
+inline constexpr int kSmemBytes = kValidOff + kRing * kTile;              // 113,184
+static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && kStageBytes % 16 == 0);
+static_assert(kFp8Stride % 128 == 64 && kRopeStride % 128 == 16 && kVStride % 128 == 16);
+// Two CTAs per SM on sm_90 (228 KB of shared memory per SM, 1 KB reserved per CTA, plus partition_bounds' static
+// bytes: 96, which ptxas reports as 128; 256 allowed here). An A100 (164 KB) holds one.
+static_assert(kCtaPlanSmemBytes<kThreads> <= 256 && 2 * (kSmemBytes + 256 + 1024) <= 228 * 1024);
+
+}  // namespace few_rows
+
+/// 16 e4m3 bytes -> 8 bf16x2 words, exactly and unscaled (word i = bytes 2i, 2i + 1, low byte in the low half).
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4 raw, uint32_t (&w)[8]) {
+  const uint4 lo = e4m3x8_to<true>(make_uint2(raw.x, raw.y));
+  const uint4 hi = e4m3x8_to<true>(make_uint2(raw.z, raw.w));
+  w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
+  w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+}
+
+/// threadIdx.x read afresh (volatile, so never hoisted or kept): offsets derived from it are recomputed where they are
+/// used instead of being kept live through the tile loop (ptxas otherwise spilled such loop-invariant addresses
+/// under the 128-register bound of 2 CTAs per SM).
+__device__ __forceinline__ int fresh_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+/// The few-row kernel; launch: grid (1, p.partitions), 256 threads, few_rows::kSmemBytes of dynamic shared memory,
+/// only for sparse decode with p.rows = h_q <= 16 and an fp8_ds_v4 cache (host_sm80.cpp, use_few_rows).
+__global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) decode_few_rows_dsv4(const DecodeParams p) {
+  using namespace few_rows;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_base = smem_addr(smem);
+  float* const spart = reinterpret_cast<float*>(smem + kSPartOff);  // [kWarps][kRows][kSPartStride]
+  float* const psm = reinterpret_cast<float*>(smem + kPOff);        // [kRows][kPStride]
+  float* const alpha_sm = reinterpret_cast<float*>(smem + kAlphaOff);
+  float* const stat_m = reinterpret_cast<float*>(smem + kStatOff);
+  float* const stat_l = stat_m + kRows;
+  uint8_t* const row_valid = smem + kValidOff;
+
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int g = tid / 32;     // warp = slice
+  const int gid = lane / 4;   // fragment row (A, C) / column (B)
+  const int tig = lane % 4;   // fragment column pair
+  const int part = blockIdx.y;
+
+  pdl_wait();  // q, the cache, the ids, the lengths and the plan may come from the previous kernels
+
+  const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 has no per-cache scale
+  const PartitionBounds* bounds = partition_bounds<true, kThreads>(p, part, kTileShift, blockIdx.x == 0);
+
+  // Gather lanes: lane l of warp w copies row 4 w + l / 8 of each tile, pieces l % 8 + 8 i (i = 0..4): pieces 0-27
+  // are the 28 e4m3 16-byte chunks, 28-35 the 8 RoPE chunks, 36 the 8-byte scale block (lane l % 8 = 4, i = 4).
+  // (Row and piece are taken from fresh_tid() where used.)
+
+  auto run_piece = [&](const Piece& pc) {
+    const int32_t r = pc.req;
+    const int32_t len = pc.len;
+    const int32_t main_len = request_main_len(p.lens, r);  // columns from main_len on name the extra cache
+    const int32_t t_begin = pc.t_begin;
+    const int32_t n_tiles = pc.n_tiles;
+    // The piece's last column + 1: at most len, so an int32 (one register fewer through the tile loop).
+    const int32_t kv_hi = int32_t(min(int64_t(t_begin + n_tiles) * kTile, int64_t(len)));
+
+    // ---- Q: this thread's A-fragment words for its slice, heads gid and gid + 8 (zero past h_q) ----
+    uint32_t qa[4][4];  // [k-step s][a0..a3]
+    {
+      // 32-bit loads, one per fragment register (16 per piece): with 16-byte loads ptxas kept the loaded words and
+      // rebuilt each 4-register A operand with 4 moves before every mma, which also cost 4 registers.
+      const __nv_bfloat16* q_req = static_cast<const __nv_bfloat16*>(p.q) +
+                                   request_offset<true>(p, r, p.q_stride_b, p.q_stride_s) + kSlice * g + 16 * tig;
+      const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid) * p.q_stride_h);
+      const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid + 8) * p.q_stride_h);
+      const bool has_lo = gid < p.rows, has_hi = gid + 8 < p.rows;  // rows past h_q are zero
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        qa[s][0] = has_lo ? q_lo[2 * s] : 0u;
+        qa[s][1] = has_hi ? q_hi[2 * s] : 0u;
+        qa[s][2] = has_lo ? q_lo[2 * s + 1] : 0u;
+        qa[s][3] = has_hi ? q_hi[2 * s + 1] : 0u;
+      }
+    }
+
+    // ---- gather: ids one tile before their rows (so no id load is consumed in the tile that issues it) ----
+    // This lane's index column of tile `tile` of the piece: -1 (no row) past the piece's last column (kv_hi).
+    auto tile_id = [&](int32_t tile) -> SparseId {
+      const int g_row = fresh_tid() / 8;  // 4 w + l / 8
+      const int64_t t = int64_t(t_begin + tile) * kTile + g_row;
+      if (tile < n_tiles && t < kv_hi) return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+      return SparseId{-1, false};
+    };
+    auto gather = [&](int stage, SparseId id) {
+      const int ftid = fresh_tid();
+      const int g_row = ftid / 8;     // 4 w + l / 8
+      const int g_piece = ftid % 8;   // l % 8
+      const RowRef ref = sparse_row_ref_of<true>(p, id);  // row null: zero-fill, read nothing
+      const bool valid = ref.row != nullptr;
+      const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
+      if (g_piece == 0) row_valid[stage * kTile + g_row] = valid;
+#pragma unroll
+      for (int i = 0; i < 5; ++i) {
+        const int pc16 = g_piece + 8 * i;
+        if (pc16 < 28) {
+          cp_async_16(st + kFp8Off + g_row * kFp8Stride + pc16 * 16, valid ? ref.row + pc16 * 16 : p.pages,
+                      valid ? 16 : 0);
+        } else if (pc16 < 36) {
+          cp_async_16(st + kRopeOff + g_row * kRopeStride + (pc16 - 28) * 16,
+                      valid ? ref.row + ds_v4::kRopeOffset + (pc16 - 28) * 16 : p.pages, valid ? 16 : 0);
+        } else if (pc16 == 36) {
+          cp_async_8(st + kScaleOff + g_row * kScaleStride, valid ? ref.scales : p.pages,
+                     valid ? ds_v4::kScaleBytes : 0);
+        }
+      }
+    };
+
+    // Prologue: tiles 0 and 1 in flight (one commit group per tile, empty past the piece), ids of tile 2 read.
+    gather(0, tile_id(0));
+    cp_async_commit();
+    gather(1, tile_id(1));
+    cp_async_commit();
+    SparseId id_ahead = tile_id(2);
+    cp_async_wait<1>();
+    __syncthreads();  // tile 0's stage visible to every warp
+
+    float o[8][4];  // O[heads gid / gid + 8][64 g + 8 n + 2 tig + {0, 1}] (C layout, 8 column n-tiles)
+#pragma unroll
+    for (int n = 0; n < 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Softmax state of row 2 g + lane / 16 (identical over the 16 lanes of a half-warp); l is this lane's partial sum
+    // over its 2 columns per tile, reduced over the half-warp in the epilogue.
+    float m_run = -INFINITY;
+    float l_run = 0.0f;
+
+    int stage = 0;
+    for (int it = 0; it < n_tiles; ++it) {
+      // Thread indices are read afresh in each phase (fresh_tid; they shadow the kernel's): offsets derived from them
+      // are then recomputed per phase rather than held through the whole tile loop.
+      const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
+      // The UE8M0 scales (slice g's group) of this thread's C columns / P's A k indices: tokens 8 n + 2 tig + j.
+      auto token_scales = [&](float (&sc)[4][2], int g, int tig) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            sc[n][j] = 1.0f;  // the RoPE slice has no scale
+            if (g < kFp8Slices) {
+              sc[n][j] = ue8m0_to_float(
+                  smem[kStagesOff + stage * kStageBytes + kScaleOff + (8 * n + 2 * tig + j) * kScaleStride + g]);
+            }
+          }
+      };
+      {
+        const int ft = fresh_tid();
+        const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
+        const uint32_t vslice = smem_base + kVOff + g * kVSliceBytes;  // g < 7 only
+        // ---- (a) K fragments and Q K^T over slice g: acc[n] = S_g[heads][tokens 8 n .. 8 n + 7] ----
+        float acc[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        __syncwarp();  // the previous tile's ldmatrix reads of the private V slice are done before it is rewritten
+        if (g < kFp8Slices) {
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int tok = 8 * n + gid;
+            uint32_t kb[8];
+            e4m3x16_to_bf16(lds128(st + kFp8Off + tok * kFp8Stride + kSlice * g + 16 * tig), kb);
+            // V: the same 16 values, natural order, into row tok, dims 16 tig .. 16 tig + 15 of the private slice.
+            sts128(vslice + tok * kVStride + 32 * tig, make_uint4(kb[0], kb[1], kb[2], kb[3]));
+            sts128(vslice + tok * kVStride + 32 * tig + 16, make_uint4(kb[4], kb[5], kb[6], kb[7]));
+#pragma unroll
+            for (int s = 0; s < 4; ++s) mma_16816<true>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
+          }
+        } else {  // the RoPE warp: bf16 already, two 16-byte LDS per token
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int tok = 8 * n + gid;
+            const uint4 k0 = lds128(st + kRopeOff + tok * kRopeStride + 32 * tig);
+            const uint4 k1 = lds128(st + kRopeOff + tok * kRopeStride + 32 * tig + 16);
+            const uint32_t kb[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+            for (int s = 0; s < 4; ++s) mma_16816<true>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
+          }
+        }
+
+        // ---- (b) token scales of this thread's C columns (tokens 8 n + 2 tig + j), applied to the partial S ----
+        float sc[4][2];
+        token_scales(sc, g, tig);
+        float* my = spart + g * kRows * kSPartStride;
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const int col = 8 * n + 2 * tig;
+          *reinterpret_cast<float2*>(my + gid * kSPartStride + col) =
+              make_float2(acc[n][0] * sc[n][0], acc[n][1] * sc[n][1]);
+          *reinterpret_cast<float2*>(my + (gid + 8) * kSPartStride + col) =
+              make_float2(acc[n][2] * sc[n][0], acc[n][3] * sc[n][1]);
+        }
+      }
+      __syncthreads();  // barrier A: partials complete; every warp is past tile it - 1's P V (stage (it + 2) % 3 free)
+
+      // ---- gather tile it + 2 (ids read during tile it - 1 or the prologue), read the ids of tile it + 3 ----
+      {
+        int next = stage + 2;
+        if (next >= kRing) next -= kRing;
+        gather(next, id_ahead);  // id -1 past the piece: zero-fill only
+        id_ahead = tile_id(it + 3);
+      }
+      cp_async_commit();
+
+      // ---- (c) row 2 g + lane / 16, columns 2 (lane % 16) + {0, 1}: S summed over the 8 slices, masked ----
+      {
+        const int ft = fresh_tid();
+        const int lane = ft % 32, g = ft / 32;
+        const int srow = 2 * g + lane / 16;
+        const int scol = 2 * (lane % 16);
+        float2 s2 = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float2 v = *reinterpret_cast<const float2*>(spart + (w * kRows + srow) * kSPartStride + scol);
+          s2.x += v.x;
+          s2.y += v.y;
+        }
+        // An id that names no row (negative, past its cache, past the piece) is no key: masked (its row is zeros).
+        const uint8_t* valid = row_valid + stage * kTile;
+        float s0 = valid[scol] != 0 ? s2.x : -INFINITY;
+        float s1 = valid[scol + 1] != 0 ? s2.y : -INFINITY;
+        // The maximum over the raw scores, scaled once (scale_log2 > 0 keeps the order), as kernel.cuh does.
+        float mx = fmaxf(s0, s1);
+#pragma unroll
+        for (int x = 1; x < 16; x *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+        mx *= scale_log2;
+        const float m_new = fmaxf(m_run, mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at p = 0
+        const float alpha = exp2f(m_run - m_use);
+        m_run = m_new;
+        s0 = exp2_ftz(fmaf(s0, scale_log2, -m_use));
+        s1 = exp2_ftz(fmaf(s1, scale_log2, -m_use));
+        l_run = l_run * alpha + (s0 + s1);
+        *reinterpret_cast<float2*>(psm + srow * kPStride + scol) = make_float2(s0, s1);
+        if (lane % 16 == 0) alpha_sm[srow] = alpha;
+      }
+      cp_async_wait<1>();  // tile it + 1's rows (all but the group just committed)
+      __syncthreads();     // barrier B: P and alpha complete; stage (it + 1) % 3 visible
+
+      // ---- (e) O = alpha O + (P s) V over slice g ----
+      {
+        const int ft = fresh_tid();
+        const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
+        const float a_lo = alpha_sm[gid];
+        const float a_hi = alpha_sm[gid + 8];
+        // Once the running maxima settle, alpha is exactly 1 for most tiles: skip the multiplies then.
+        if (!__all_sync(0xffffffffu, a_lo == 1.0f && a_hi == 1.0f)) {
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            o[n][0] *= a_lo;
+            o[n][1] *= a_lo;
+            o[n][2] *= a_hi;
+            o[n][3] *= a_hi;
+          }
+        }
+        // P's A fragment of k-step kk (tokens 16 kk .. 16 kk + 15): a0/a1 = heads gid/gid + 8, tokens 16 kk + 2 tig
+        // + {0, 1} (= C columns of n-tile 2 kk), a2/a3 the same heads, tokens 16 kk + 8 + 2 tig + {0, 1} (n-tile
+        // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from the
+        // stage (intact until the gather of tile it + 3, after barrier A of tile it + 1) rather than kept in 8
+        // registers through (c).
+        float sc[4][2];
+        token_scales(sc, g, tig);
+        uint32_t pa[2][4];
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = 2 * kk + h;
+            const int col = 8 * n + 2 * tig;
+            const float2 plo = *reinterpret_cast<const float2*>(psm + gid * kPStride + col);
+            const float2 phi = *reinterpret_cast<const float2*>(psm + (gid + 8) * kPStride + col);
+            pa[kk][2 * h] = pack_float2<true>(plo.x * sc[n][0], plo.y * sc[n][1]);
+            pa[kk][2 * h + 1] = pack_float2<true>(phi.x * sc[n][0], phi.y * sc[n][1]);
+          }
+        // V B fragments through ldmatrix.x4.trans of the row-major [token][64 dims] slice (stride 144 B): matrix
+        // q = lane / 8 is tokens 16 kk + 8 (q % 2) .. + 7 x dims 16 np + 8 (q / 2) .. + 7, so b[0], b[1] are the B
+        // fragment (tokens 16 kk .. + 15) of column n-tile 2 np and b[2], b[3] that of n-tile 2 np + 1.
+        static_assert(kVStride == kRopeStride, "both V sources share the row stride");
+        const uint32_t v_base = g == kFp8Slices ? st + kRopeOff : smem_base + kVOff + g * kVSliceBytes;
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint32_t v_addr = v_base + (16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * kVStride + (lane / 16) * 16;
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, v_addr + np * 32);
+            mma_16816<true>(o[2 * np], pa[kk], b[0], b[1]);
+            mma_16816<true>(o[2 * np + 1], pa[kk], b[2], b[3]);
+          }
+        }
+      }
+      stage = stage + 1 == kRing ? 0 : stage + 1;
+    }
+    cp_async_wait_all();  // only empty groups can be left; the next piece's prologue reuses the stages
+
+    // ---- epilogue: row statistics to every warp, then out (or a partial) and lse, as kernel.cuh writes them ----
+#pragma unroll
+    for (int x = 1; x < 16; x *= 2) l_run += __shfl_xor_sync(0xffffffffu, l_run, x);
+    const int srow = 2 * g + lane / 16;  // the row whose statistics this lane holds
+    if (lane % 16 == 0) {
+      stat_m[srow] = m_run;
+      stat_l[srow] = l_run;
+    }
+    __syncthreads();
+    // Split or whole, and the split's slot, as for_each_piece gives them (pc.slot), derived again here from the
+    // piece's tiles and the bounds in shared memory, so that nothing of the epilogue is live through the tile loop.
+    const bool direct = t_begin == 0 && n_tiles == request_tiles(len, kTileShift);
+    const int64_t slot = partition_slot(part, r == bounds->start.req);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int m = gid + 8 * k;  // the head (sparse plan requests are single query tokens: row m = head m)
+      if (m >= p.rows) continue;
+      const float m_row = stat_m[m];
+      const float l_tot = stat_l[m];
+      const bool empty = !(l_tot > 0.0f);
+      const float lse = empty ? -INFINITY : (m_row + log2f(l_tot)) * kLn2;
+      const int h = m;
+      float inv = empty ? 0.0f : 1.0f / l_tot;
+      if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
+      if (p.max_logits != nullptr && g == 0 && tig == 0) {
+        // m_row is the row's largest visible logit times log2(e) (tau folded in): -inf for none.
+        const float max_logit = m_row == -INFINITY ? -INFINITY : m_row * kLn2;
+        if (direct) {
+          p.max_logits[request_offset<true>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +
+                       int64_t(h) * p.max_logits_stride_h] = max_logit;
+        } else {
+          p.part_max[slot * p.rows + m] = max_logit;  // the combine takes the largest over the splits
+        }
+      }
+      if (direct) {
+        uint8_t* orow = static_cast<uint8_t*>(p.out) +
+                        (request_offset<true>(p, r, p.out_stride_b, p.out_stride_s) + int64_t(h) * p.out_stride_h) * 2;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const int col = kSlice * g + 8 * n + 2 * tig;
+          *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<true>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
+        }
+        if (p.lse != nullptr && g == 0 && tig == 0)
+          p.lse[request_offset<true>(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(h) * p.lse_stride_h] = lse;
+      } else {
+        float* orow = p.part_out + (slot * p.rows + m) * kDimV;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const int col = kSlice * g + 8 * n + 2 * tig;
+          *reinterpret_cast<float2*>(orow + col) = make_float2(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
+        }
+        if (g == 0 && tig == 0) p.part_lse[slot * p.rows + m] = lse;
+      }
+    }
+    __syncthreads();  // stat_m/l, the stages and row_valid are reused by the next piece
+  };
+  // The pieces of the partition, exactly as for_each_piece (plan.cuh) walks them, but with the bounds read again from
+  // shared memory for every piece: for_each_piece's copies stay live through the whole tile loop, which cost 4 spilled
+  // registers under the 128-register bound.
+  for (int32_t r = bounds->start.req;; ++r) {
+    const PartitionStart pstart = bounds->start, pend = bounds->end;
+    if (!(r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)))) break;
+    const int32_t len = request_len<true>(p.lens, r);
+    const int32_t tiles = request_tiles(len, kTileShift);
+    const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
+    const int32_t t_end = r == pend.req ? pend.tile : tiles;
+    const int32_t slot = t_begin == 0 && t_end == tiles ? -1 : int32_t(partition_slot(part, r == pstart.req));
+    if (t_end - t_begin > 0) run_piece(Piece{r, len, t_begin, t_end - t_begin, slot});
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace mlakit::cuda::decode

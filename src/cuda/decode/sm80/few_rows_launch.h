@@ -1,0 +1,18 @@
+#pragma once
+// Host-side launcher of the few-row sparse decode kernel (few_rows.cuh: fp8_ds_v4, q bf16, h_q <= 16, sm_80+) and its
+// occupancy query. Chosen by host_sm80.cpp (use_few_rows) only; the portable kernel stays the default elsewhere.
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/decode/smxx/params.h"
+#include "mlakit/status.h"
+
+namespace mlakit::cuda::decode {
+
+/// Launches decode_few_rows_dsv4 on a grid of (1, p.partitions) CTAs of 256 threads (p.rows <= 16, sparse plan).
+Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl);
+
+/// CTAs of decode_few_rows_dsv4 that fit on one SM (from the CUDA occupancy calculator).
+Status few_rows_dsv4_occupancy(int* ctas_per_sm);
+
+}  // namespace mlakit::cuda::decode
