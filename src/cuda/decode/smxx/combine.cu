@@ -21,6 +21,8 @@ constexpr int kColsPerLane = 4;                                  // one float4 p
 constexpr int kColsPerCta = kWarpSize * kColsPerLane;            // 128 columns per CTA (many-split kernel)
 constexpr int kColChunks = kDimV / kColsPerCta;                  // 4 CTAs per output row (many-split kernel)
 static_assert(kColChunks * kColsPerCta == kDimV);
+constexpr int kMaxSplits = 1024;  // splits per request the many-split kernel takes (their weights: 4 KB of smem)
+constexpr int kInFlight = 8;      // partial-row loads a warp of the many-split kernel has in flight
 
 /// The merged LSE of row m of a request split n ways (its slots: split_slot) (docs/spec.md section 6), computed by one
 /// warp: every lane ends with it. `empty`: every part saw no key (lse = -inf, out = 0).
@@ -118,12 +120,19 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_rows_kernel
 }
 
 // The many-split kernel (more partitions than requests: a long request spread over many SMs, up to 264 ways): four
-// CTAs of 8 warps per output row, 128 columns each; the warps take every 8th split, so a request split 264 ways
-// needs 33 dependent steps per warp instead of 264. Grid: (plan requests, rows x 4 column chunks): requests on x,
+// CTAs of 8 warps per output row, 128 columns each. Grid: (plan requests, rows x 4 column chunks): requests on x,
 // whose limit is 2^31 - 1, because sparse prefill has up to 65,536 x 8 of them (y stops at 65,535).
+// Latency, not bandwidth, sets its time (b1 L131072 h16: 64 CTAs, 8.6 MB of partials, 11.9 us under ncu when each
+// warp walked the partial LSEs twice and then its 33 splits about two loads at a time), so the CTA first reads every
+// split's partial LSE at once (one load per thread), reduces them across the block and keeps each split's weight in
+// shared memory (up to kMaxSplits splits: launch_combine sends larger plans to the few-split kernel); then each warp
+// takes every 8th split with kInFlight partial-row loads issued before their first use.
 template <bool kBf16>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(const DecodeParams p) {
+  constexpr int kThreads = kCombineWarps * kWarpSize;
   __shared__ float4 partial[kCombineWarps][kWarpSize];
+  __shared__ float weight[kMaxSplits];  // split s: its partial LSE, then exp(lse_s - lse)
+  __shared__ float reduce[kCombineWarps];
   pdl_wait();
   const int r = blockIdx.x;
   const RequestPlan rp = p.plan_requests[r];
@@ -133,21 +142,53 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
   const int m = blockIdx.y / kColChunks;
   const int chunk = blockIdx.y % kColChunks;
   const int n = rp.num_splits;
-  bool empty = false;
-  const float lse = merged_lse(p, rp, n, m, lane, &empty);
+
+  // The merged LSE (docs/spec.md section 6), block-wide: the largest partial, then the sum of exponentials.
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < n; s += kThreads) {
+    weight[s] = p.part_lse[split_slot(rp, s) * p.rows + m];
+    mx = fmaxf(mx, weight[s]);
+  }
+  for (int d = 1; d < kWarpSize; d *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  if (lane == 0) reduce[warp] = mx;
+  __syncthreads();
+  mx = reduce[0];
+  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, reduce[w]);
+  const float m_use = mx == -INFINITY ? 0.0f : mx;  // every part empty: the sum below is 0
+  float sum = 0.0f;
+  for (int s = threadIdx.x; s < n; s += kThreads) sum += expf(weight[s] - m_use);
+  for (int d = 1; d < kWarpSize; d *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  __syncthreads();  // every warp has read the maxima from reduce[] before it takes the sums
+  if (lane == 0) reduce[warp] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (int w = 0; w < kCombineWarps; ++w) sum += reduce[w];
+  const bool empty = !(sum > 0.0f);
+  const float lse = empty ? -INFINITY : m_use + logf(sum);
+  if (!empty) {
+    for (int s = threadIdx.x; s < n; s += kThreads) weight[s] = expf(weight[s] - lse);
+  }
+  __syncthreads();
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (!empty) {
     const float4* src = reinterpret_cast<const float4*>(p.part_out) + chunk * kWarpSize + lane;
-#pragma unroll 4
-    for (int s = warp; s < n; s += kCombineWarps) {
-      const int64_t row = split_slot(rp, s) * p.rows + m;
-      const float w = expf(p.part_lse[row] - lse);
-      const float4 v = src[row * (kDimV / kColsPerLane)];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+    for (int s0 = warp; s0 < n; s0 += kInFlight * kCombineWarps) {
+      float4 v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        const int s = s0 + k * kCombineWarps;
+        v[k] = s < n ? src[(split_slot(rp, s) * p.rows + m) * (kDimV / kColsPerLane)] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        const int s = s0 + k * kCombineWarps;
+        if (s >= n) break;
+        acc.x += weight[s] * v[k].x;
+        acc.y += weight[s] * v[k].y;
+        acc.z += weight[s] * v[k].z;
+        acc.w += weight[s] * v[k].w;
+      }
     }
   }
   partial[warp][lane] = acc;
@@ -174,7 +215,9 @@ Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, boo
   // Which kernel: the split counts live on the device, but a request spans about partitions / requests + 1 of them on
   // average, so up to 8 partitions per request the few-split kernel's loop stays short (a skewed batch can still give
   // one request many: the few-split kernel then serves it with a longer loop; correct either way).
-  if (p.partitions <= kFewSplitsPerRequest * int64_t(p.batch)) {
+  // A request spans at most `partitions` partitions; past kMaxSplits (more than any GPU of today has SMs) the
+  // few-split kernel serves any count.
+  if (p.partitions <= kFewSplitsPerRequest * int64_t(p.batch) || p.partitions > kMaxSplits) {
     PdlLaunch l(dim3(p.batch, (p.rows + kCombineWarps - 1) / kCombineWarps), dim3(kCombineWarps * kWarpSize), 0,
                 stream, pdl);
     MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, bf16 ? combine_rows_kernel<true> : combine_rows_kernel<false>, p));
