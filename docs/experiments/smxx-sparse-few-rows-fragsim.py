@@ -1,29 +1,35 @@
-# Emulates one 32-token tile of decode_few_rows_dsv4's index maps (src/cuda/decode/sm80/few_rows.cuh) with the PTX
-# m16n8k16 fragment layouts and ldmatrix.x4.trans, and compares S and O against plain matrix products: Q's and K's
-# d-permutation, the UE8M0 scales applied to partial S and to P, the S-partial / P layouts and the V addresses. float64
-# values: it checks indices, not rounding. Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# Emulates one 32-token tile of the few-row kernels' index maps (src/cuda/decode/sm80/few_rows.cuh) with the PTX
+# m16n8k16 / m16n8k8 fragment layouts and ldmatrix.x4.trans, and compares S and O against plain matrix products, for
+# both formats:
+#   dsv4:  decode_few_rows_dsv4 (512 columns: 7 e4m3 slices with UE8M0 scales, warp 7 the RoPE slice, V = whole row);
+#   dsmla: decode_few_rows_dsmla (576 columns: 8 e4m3 slices with fp32 scales of 128 columns, the RoPE part as one
+#          m16n8k8 step per warp, V = the first 512 columns).
+# It checks Q's and K's d-permutation, the scales applied to partial S and to P, the S-partial / P layouts and the V
+# addresses with float64 values (indices, not rounding); for dsmla also the gather's scatter of a 656-byte row into the
+# stage's e4m3 / RoPE areas and the small slot's [group][token] scales, byte for byte, and the shared-memory bank
+# pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64). Usage: python3
+# docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
-rng = np.random.default_rng(1)
-H = 16; D = 512; T = 32
-Q = rng.standard_normal((H, D))
-Kraw = rng.standard_normal((T, D))          # "unscaled" values (e4m3 codes for dims < 448, bf16 for RoPE)
-scale = 2.0 ** rng.integers(-3, 4, size=(T, 7))  # UE8M0 per token, group g = dims [64g, 64g+64)
-Kfull = Kraw.copy()
-for g in range(7): Kfull[:, 64*g:64*g+64] *= scale[:, g:g+1]
 
-def mma(a, b, c):   # a[lane][4][2], b[lane][2][2], c[lane][4] -> d[lane][4]
-    A = np.zeros((16, 16)); B = np.zeros((16, 8)); C = np.zeros((16, 8))
+H = 16; T = 32
+
+
+def mma(a, b, c, k=16):  # a[lane][4 or 2][2], b[lane][2 or 1][2], c[lane][4] -> d[lane][4]
+    A = np.zeros((16, k)); B = np.zeros((k, 8)); C = np.zeros((16, 8))
     for l in range(32):
         gid, tig = l // 4, l % 4
         for e in range(2):
             A[gid][2*tig+e] = a[l][0][e]; A[gid+8][2*tig+e] = a[l][1][e]
-            A[gid][2*tig+8+e] = a[l][2][e]; A[gid+8][2*tig+8+e] = a[l][3][e]
-            B[2*tig+e][gid] = b[l][0][e]; B[2*tig+8+e][gid] = b[l][1][e]
+            B[2*tig+e][gid] = b[l][0][e]
+            if k == 16:
+                A[gid][2*tig+8+e] = a[l][2][e]; A[gid+8][2*tig+8+e] = a[l][3][e]
+                B[2*tig+8+e][gid] = b[l][1][e]
             C[gid][2*tig+e] = c[l][e]; C[gid+8][2*tig+e] = c[l][2+e]
     Dm = A @ B + C
     return [[Dm[l//4][2*(l%4)], Dm[l//4][2*(l%4)+1], Dm[l//4+8][2*(l%4)], Dm[l//4+8][2*(l%4)+1]] for l in range(32)]
 
-def ldmatrix_trans(rowaddr):  # rowaddr[lane] -> function(addr) gives 8 values; returns r[lane][4][2]
+
+def ldmatrix_trans(rowaddr):  # rowaddr[lane] -> 8 values; returns r[lane][4][2]
     out = [[None]*4 for _ in range(32)]
     for j in range(4):
         M = np.array([rowaddr[8*j + i] for i in range(8)])  # stored 8x8 matrix j: row i from lane 8j+i
@@ -31,72 +37,187 @@ def ldmatrix_trans(rowaddr):  # rowaddr[lane] -> function(addr) gives 8 values; 
             out[t][j] = [M[2*(t%4)][t//4], M[2*(t%4)+1][t//4]]
     return out
 
-# ---- per warp g: Q K^T ----
-spart = np.zeros((8, H, T))
-vslice = np.zeros((8, T, 64))
-for g in range(8):
-    qa = {}
-    for l in range(32):
-        gid, tig = l // 4, l % 4
-        lo = Q[gid, 64*g+16*tig: 64*g+16*tig+16]; hi = Q[gid+8, 64*g+16*tig: 64*g+16*tig+16]
-        wl = [lo[2*i:2*i+2] for i in range(8)]; wh = [hi[2*i:2*i+2] for i in range(8)]
-        qa[l] = [[wl[2*s], wh[2*s], wl[2*s+1], wh[2*s+1]] for s in range(4)]
-    acc = [[[0.0]*4 for _ in range(32)] for n in range(4)]
-    for n in range(4):
-        kb = {}
+
+def conflict_free(addrs, width):
+    """addrs[lane] byte addresses of one warp-wide shared access of `width` bytes per lane: no bank conflict?"""
+    per_phase = 128 // width  # lanes served per 128-byte phase (4 B: 32, 8 B: 16, 16 B: 8)
+    for p in range(0, 32, per_phase):
+        banks = {}
+        for l in range(p, p + per_phase):
+            for w in range(width // 4):
+                word = addrs[l] // 4 + w
+                b = word % 32
+                if banks.setdefault(b, word) != word:
+                    return False
+    return True
+
+
+def run(fmt, rng):
+    mla = fmt == "dsmla"
+    D = 576 if mla else 512
+    n_fp8 = 8 if mla else 7                 # e4m3 slices
+    Q = rng.standard_normal((H, D))
+    Kraw = rng.standard_normal((T, D))      # "unscaled" values (e4m3 codes, bf16 RoPE)
+    if mla:
+        scale = rng.uniform(0.3, 3.0, size=(T, 4))             # any fp32 per token and 128-column group
+        sc_of = lambda tok, g: scale[tok, g // 2] if g < 8 else 1.0  # slice g -> group g // 2
+    else:
+        scale = 2.0 ** rng.integers(-3, 4, size=(T, 7))        # UE8M0 per token, group g = dims [64g, 64g+64)
+        sc_of = lambda tok, g: scale[tok, g] if g < 7 else 1.0
+    Kfull = Kraw.copy()
+    for g in range(n_fp8):
+        for tok in range(T):
+            Kfull[tok, 64*g:64*g+64] *= sc_of(tok, g)
+
+    # ---- per warp g: Q K^T over slice g (+ dsmla: RoPE columns 512 + [8 g, 8 g + 8) as one m16n8k8 step) ----
+    spart = np.zeros((8, H, T))
+    vslice = np.zeros((8, T, 64))
+    for g in range(8):
+        qa = {}
         for l in range(32):
             gid, tig = l // 4, l % 4
-            tok = 8*n + gid
-            vals = Kraw[tok, 64*g+16*tig: 64*g+16*tig+16]   # the 16 bytes (fp8) or 32 bytes (RoPE), natural order
-            kb[l] = [vals[2*i:2*i+2] for i in range(8)]
-            vslice[g, tok, 16*tig:16*tig+16] = vals       # STS.128 x2 at row tok, byte 32 tig
-        for s in range(4):
-            acc[n] = mma([qa[l][s] for l in range(32)], [[kb[l][2*s], kb[l][2*s+1]] for l in range(32)], acc[n])
-    for l in range(32):
-        gid, tig = l // 4, l % 4
+            lo = Q[gid, 64*g+16*tig: 64*g+16*tig+16]; hi = Q[gid+8, 64*g+16*tig: 64*g+16*tig+16]
+            wl = [lo[2*i:2*i+2] for i in range(8)]; wh = [hi[2*i:2*i+2] for i in range(8)]
+            qa[l] = [[wl[2*s], wh[2*s], wl[2*s+1], wh[2*s+1]] for s in range(4)]
+        acc = [[[0.0]*4 for _ in range(32)] for n in range(4)]
         for n in range(4):
-            for j in range(2):
-                tokc = 8*n + 2*tig + j
-                sc = scale[tokc, g] if g < 7 else 1.0
-                spart[g, gid, tokc] = acc[n][l][j] * sc
-                spart[g, gid+8, tokc] = acc[n][l][2+j] * sc
-S = spart.sum(0)
-assert np.allclose(S, Q @ Kfull.T), "S mismatch"
-# ---- (c) per warp: rows 2g, 2g+1 (use plain P = exp(S - max) for the check) ----
-P = np.exp(S - S.max(1, keepdims=True))
-Pm = np.zeros((H, T))
-for g in range(8):
-    for l in range(32):
-        srow = 2*g + l//16; scol = 2*(l % 16)
-        Pm[srow, scol:scol+2] = P[srow, scol:scol+2]
-# ---- (e) per warp: O slice ----
-O = np.zeros((H, 512))
-for g in range(8):
-    o = [[[0.0]*4 for _ in range(32)] for n in range(8)]
-    V = vslice[g]  # warp 7: the raw RoPE area, same layout
-    for kk in range(2):
-        pa = {}
+            kb = {}
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                tok = 8*n + gid
+                vals = Kraw[tok, 64*g+16*tig: 64*g+16*tig+16]   # the 16 bytes (fp8) or 32 bytes (RoPE), natural order
+                kb[l] = [vals[2*i:2*i+2] for i in range(8)]
+                vslice[g, tok, 16*tig:16*tig+16] = vals       # STS.128 x2 at row tok, byte 32 tig
+            for s in range(4):
+                acc[n] = mma([qa[l][s] for l in range(32)], [[kb[l][2*s], kb[l][2*s+1]] for l in range(32)], acc[n])
+        if mla:
+            # latent partial times the token scales (C columns 8 n + 2 tig + j), then the RoPE step onto it
+            for n in range(4):
+                for l in range(32):
+                    tig = l % 4
+                    for j in range(2):
+                        s_ = sc_of(8*n + 2*tig + j, g)
+                        acc[n][l][j] *= s_; acc[n][l][2+j] *= s_
+            qr = {}
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                c = 512 + 8*g + 2*tig
+                qr[l] = [Q[gid, c:c+2], Q[gid+8, c:c+2]]
+            for n in range(4):
+                kr = {}
+                for l in range(32):
+                    gid, tig = l // 4, l % 4
+                    c = 512 + 8*g + 2*tig
+                    kr[l] = [Kraw[8*n + gid, c:c+2]]
+                acc[n] = mma([qr[l] for l in range(32)], [kr[l] for l in range(32)], acc[n], k=8)
         for l in range(32):
             gid, tig = l // 4, l % 4
-            pa[l] = [None]*4
-            for h in range(2):
-                n = 2*kk + h; col = 8*n + 2*tig
-                sc = np.array([scale[col, g], scale[col+1, g]]) if g < 7 else np.ones(2)
-                pa[l][2*h] = Pm[gid, col:col+2] * sc
-                pa[l][2*h+1] = Pm[gid+8, col:col+2] * sc
-        for np_ in range(4):
-            rows = []
+            for n in range(4):
+                for j in range(2):
+                    tokc = 8*n + 2*tig + j
+                    s_ = 1.0 if mla else sc_of(tokc, g)   # dsmla: scaled before the RoPE step
+                    spart[g, gid, tokc] = acc[n][l][j] * s_
+                    spart[g, gid+8, tokc] = acc[n][l][2+j] * s_
+    S = spart.sum(0)
+    assert np.allclose(S, Q @ Kfull.T), fmt + ": S mismatch"
+    # ---- (c) per warp: rows 2g, 2g+1 (use plain P = exp(S - max) for the check) ----
+    P = np.exp(S - S.max(1, keepdims=True))
+    Pm = np.zeros((H, T))
+    for g in range(8):
+        for l in range(32):
+            srow = 2*g + l//16; scol = 2*(l % 16)
+            Pm[srow, scol:scol+2] = P[srow, scol:scol+2]
+    # ---- (e) per warp: O slice (V = the first 512 columns in both formats) ----
+    O = np.zeros((H, 512))
+    for g in range(8):
+        o = [[[0.0]*4 for _ in range(32)] for n in range(8)]
+        V = vslice[g]  # dsv4 warp 7: the raw RoPE area, same layout
+        for kk in range(2):
+            pa = {}
             for l in range(32):
-                tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
-                c0 = (l // 16) * 8 + np_ * 16
-                rows.append(V[tok, c0:c0+8])
-            b = ldmatrix_trans(rows)
-            o[2*np_] = mma([pa[l] for l in range(32)], [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
-            o[2*np_+1] = mma([pa[l] for l in range(32)], [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
-    for l in range(32):
-        gid, tig = l // 4, l % 4
-        for n in range(8):
-            col = 64*g + 8*n + 2*tig
-            O[gid, col:col+2] = o[n][l][0:2]; O[gid+8, col:col+2] = o[n][l][2:4]
-assert np.allclose(O, Pm @ Kfull), "O mismatch"
-print("S and O match: fragment maps, d-permutation, scales on S and P, ldmatrix.trans V")
+                gid, tig = l // 4, l % 4
+                pa[l] = [None]*4
+                for h in range(2):
+                    n = 2*kk + h; col = 8*n + 2*tig
+                    sc = np.array([sc_of(col, g), sc_of(col+1, g)])
+                    pa[l][2*h] = Pm[gid, col:col+2] * sc
+                    pa[l][2*h+1] = Pm[gid+8, col:col+2] * sc
+            for np_ in range(4):
+                rows = []
+                for l in range(32):
+                    tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
+                    c0 = (l // 16) * 8 + np_ * 16
+                    rows.append(V[tok, c0:c0+8])
+                b = ldmatrix_trans(rows)
+                o[2*np_] = mma([pa[l] for l in range(32)], [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
+                o[2*np_+1] = mma([pa[l] for l in range(32)], [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
+        for l in range(32):
+            gid, tig = l // 4, l % 4
+            for n in range(8):
+                col = 64*g + 8*n + 2*tig
+                O[gid, col:col+2] = o[n][l][0:2]; O[gid+8, col:col+2] = o[n][l][2:4]
+    assert np.allclose(O, Pm @ Kfull[:, :512]), fmt + ": O mismatch"
+
+
+def dsmla_bytes(rng):
+    """The dsmla gather and reads at byte level: few_rows::DsMla's offsets, 656-byte rows."""
+    FP8_STRIDE, ROPE_STRIDE, ROPE_OFF = 576, 144, 32 * 576
+    rows = rng.integers(0, 256, size=(T, 656), dtype=np.uint8)
+    stage = np.full(32 * 576 + 32 * 144, -1, dtype=np.int64)
+    slot = np.full(4 * 32 * 4, -1, dtype=np.int64)
+    for w in range(8):
+        for l in range(32):
+            g_row, g_piece = 4*w + l // 8, l % 8
+            src = 16 * g_piece  # row + ... (few_rows.cuh: src = base + 16 g_piece)
+            for i in range(4):
+                dst = g_row*FP8_STRIDE + (g_piece + 8*i)*16
+                stage[dst:dst+16] = rows[g_row, src + 128*i: src + 128*i + 16]
+            dst = ROPE_OFF + g_row*ROPE_STRIDE + g_piece*16
+            stage[dst:dst+16] = rows[g_row, src + 528: src + 528 + 16]
+            if g_piece < 4:
+                dst = (g_piece*32 + g_row)*4
+                s = src - 12*g_piece + 512
+                assert s == 512 + 4*g_piece
+                slot[dst:dst+4] = rows[g_row, s:s+4]
+    for g in range(8):
+        # K: LDS.128 at tok * 576 + 64 g + 16 tig = row bytes [64 g + 16 tig, + 16)
+        for n in range(4):
+            addrs = []
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                tok = 8*n + gid
+                a = tok*FP8_STRIDE + 64*g + 16*tig
+                addrs.append(a)
+                assert (stage[a:a+16] == rows[tok, 64*g+16*tig: 64*g+16*tig+16]).all()
+            assert conflict_free(addrs, 16), "K LDS.128 conflicts"
+            # RoPE: LDS.32 at RoPE area + tok * 144 + 16 g + 4 tig = columns 8 g + 2 tig, + 1 (bytes 528 + 16 g + 4 tig)
+            addrs = []
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                tok = 8*n + gid
+                a = ROPE_OFF + tok*ROPE_STRIDE + 16*g + 4*tig
+                addrs.append(a)
+                assert (stage[a:a+4] == rows[tok, 528 + 2*(8*g + 2*tig): 528 + 2*(8*g + 2*tig) + 4]).all()
+            assert conflict_free(addrs, 4), "RoPE LDS.32 conflicts"
+            # scales: LDS.64 at (g / 2) * 128 + 8 tig + 32 n = tokens 8 n + 2 tig, + 1 of group g / 2
+            addrs = []
+            for l in range(32):
+                tig = l % 4
+                a = (g // 2)*128 + 8*tig + 32*n
+                addrs.append(a)
+                for j in range(2):
+                    tok = 8*n + 2*tig + j
+                    assert (slot[a+4*j:a+4*j+4] == rows[tok, 512 + 4*(g//2): 512 + 4*(g//2) + 4]).all()
+            assert conflict_free(addrs, 8), "scale LDS.64 conflicts"
+    for tok in range(T):  # every used byte written (the 64 + 16 bytes of padding per row are not)
+        assert (stage[tok*FP8_STRIDE: tok*FP8_STRIDE + 512] >= 0).all()
+        assert (stage[ROPE_OFF + tok*ROPE_STRIDE: ROPE_OFF + tok*ROPE_STRIDE + 128] >= 0).all()
+    assert (slot >= 0).all(), "every stage and slot byte written"
+
+
+rng = np.random.default_rng(1)
+for fmt in ("dsv4", "dsmla"):
+    run(fmt, rng)
+dsmla_bytes(rng)
+print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P, "
+      "ldmatrix.trans V; dsmla gather bytes and bank patterns")

@@ -7,6 +7,9 @@
 // point at them; negative ids, ids past either cache (skipped on the device, -1 for the reference) and duplicates.
 // Every case also asks for max_logits (issue 9 item 5), compared with the reference's within the LSE tolerance, on
 // split rows (through the combine) and, in SparseMaxLogits, on a batch large enough that rows are not split.
+// SparseFewRows covers V3.2's few-row kernel (fp8_ds_mla, q bf16, <= 16 heads; sm80/few_rows.cuh) on its own:
+// split and unsplit rows, several pieces per CTA, long top-k, the extra cache and fp32 group scales that are not
+// powers of two (FlashMLA's quantiser writes amax / 448; the format's readers take any float32).
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -74,13 +78,16 @@ struct ExtraConfig {
   uint64_t seed;
   int64_t batch = 3;
   Edge edge = Edge::kNone;
+  bool odd_scales = false;         // fp8_ds_mla: every written row's four fp32 scales times a factor in [0.55, 1.9)
+  DType q_dtype = DType::kBF16;    // fp16 only with V3's geometry (V4 runs in bf16)
 };
 
 std::string describe(const ExtraConfig& c) {
   return std::string(kv_format_name(c.format)) + " h_q=" + std::to_string(c.h_q) + " s_q=" + std::to_string(c.s_q) +
          " topk=" + std::to_string(c.topk) + " extra_topk=" + std::to_string(c.extra_topk) + " P=" +
          std::to_string(c.page) + "/" + std::to_string(c.extra_page) + " lengths=" + std::to_string(c.lengths) +
-         " sink=" + std::to_string(c.sink) + " seed=" + std::to_string(c.seed);
+         " sink=" + std::to_string(c.sink) + " seed=" + std::to_string(c.seed) + " batch=" + std::to_string(c.batch) +
+         " odd_scales=" + std::to_string(c.odd_scales) + " q=" + dtype_name(c.q_dtype);
 }
 
 /// Ids of one set: used columns name a written row (duplicates allowed), a negative id, or (device copy only) an id
@@ -129,16 +136,38 @@ std::unique_ptr<HostCache> make_cache(std::mt19937_64& rng, KvFormat f, MlaDims 
   return c;
 }
 
+/// fp8_ds_mla rows with scales that are not powers of two: each written row's four float32 s_g times a factor drawn
+/// from [0.55, 1.9) (the values are e4m3 x s_g, whatever s_g is: docs/spec.md section 4).
+void make_scales_odd(std::mt19937_64& rng, HostCache* cache) {
+  std::uniform_real_distribution<float> factor(0.55f, 1.9f);
+  const KvCacheView& v = cache->view;
+  for (const int32_t id : cache->written) {
+    uint8_t* row =
+        cache->bytes.data() + (id / v.page_size()) * v.pages.stride[0] + (id % v.page_size()) * v.pages.stride[1];
+    for (int g = 0; g < ds_mla::kNumGroups; ++g) {
+      float s;
+      std::memcpy(&s, row + ds_mla::kScaleOffset + 4 * g, 4);
+      s *= factor(rng);
+      std::memcpy(row + ds_mla::kScaleOffset + 4 * g, &s, 4);
+    }
+  }
+}
+
 void run_case(const Backend& be, const ExtraConfig& cfg) {
   SCOPED_TRACE(describe(cfg));
   std::mt19937_64 rng(cfg.seed);
   const bool v4 = cfg.format != KvFormat::kFP8DsMla;
   const MlaDims dims = v4 ? MlaDims::deepseek_v4() : MlaDims{};
   const int64_t b = cfg.batch, d_qk = dims.d_qk();
-  const DType q_dtype = DType::kBF16;
+  const DType q_dtype = cfg.q_dtype;
   auto main = make_cache(rng, cfg.format, dims, std::max<int64_t>(cfg.topk, 40), cfg.page);
   std::unique_ptr<HostCache> extra;
   if (cfg.extra_topk > 0) extra = make_cache(rng, cfg.format, dims, std::max<int64_t>(cfg.extra_topk, 30), cfg.extra_page);
+  if (cfg.odd_scales) {
+    ASSERT_EQ(cfg.format, KvFormat::kFP8DsMla) << "odd_scales: fp8_ds_mla only";
+    make_scales_odd(rng, main.get());
+    if (extra) make_scales_odd(rng, extra.get());
+  }
 
   std::uniform_int_distribution<int32_t> len_main(0, int32_t(cfg.topk)), len_extra(0, int32_t(cfg.extra_topk));
   std::vector<int32_t> topk_length(size_t(b), int32_t(cfg.topk)), extra_length(size_t(b), int32_t(cfg.extra_topk));
@@ -165,7 +194,7 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
 
   std::uniform_real_distribution<float> uq(-1.0f, 1.0f);
   std::vector<uint16_t> q(size_t(b * cfg.s_q * cfg.h_q * d_qk));
-  for (auto& v : q) v = float_to_bf16(uq(rng));
+  for (auto& v : q) v = q_dtype == DType::kBF16 ? float_to_bf16(uq(rng)) : float_to_fp16(uq(rng));
   std::vector<float> sink;
   if (cfg.sink) {
     std::uniform_real_distribution<float> us(-2.0f, 6.0f);
@@ -376,6 +405,61 @@ TEST(SparseExtraEdges, FewHeadsOnThePortablePath) {
         run_case(*be, c);
         if (::testing::Test::HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+// V3.2's few-row kernel (sm80/few_rows.cuh, decode_few_rows_dsmla: fp8_ds_mla, q bf16, <= 16 heads; issue 9's
+// 16-head shards), against the reference with out, lse and max_logits checked: 1, 3 and 16 heads; split rows (3
+// entries x 2 tokens over every SM's CTAs: pieces of one or two tiles, each partition's first and last request) and
+// unsplit ones (the whole-request schedule, 790 or 528 tokens: on an H100 or H200, 3 or 2 pieces per CTA, so the rings
+// restart per piece; and the CTA plan with topk_length); top-k 2048 (64 tiles: the two raw stages and three scale
+// slots wrap many times) and short ones; sinks, topk_length, the extra cache (V3's geometry has one too), every main
+// id invalid, both lengths zero; fp32 scales that are not powers of two, where the kernel's rounding (P x s to bf16)
+// differs from the portable kernel's (e4m3 x s to bf16). fp16 q takes the portable kernel: checked here with the
+// writer's (power-of-two) scales only, since with other scales its rounding of e4m3 x s to fp16 before the mma moved
+// lse and max_logits by up to 4.8e-4 on the H100 (2026-11-27), past the LSE tolerance (docs/spec.md, section 2).
+TEST(SparseFewRows, DsMlaSplitUnsplitSinksMaxLogits) {
+  std::string why;
+  const Backend* be = cuda_backend(&why, "cuda");
+  if (be == nullptr) GTEST_SKIP() << why;
+  uint64_t seed = 4200;
+  for (const int64_t h_q : {int64_t(1), int64_t(3), int64_t(16)}) {
+    struct Shape {
+      int64_t batch, topk, extra_topk;
+      bool lengths;
+      Edge edge;
+    };
+    const Shape shapes[] = {
+        {3, 2048, 0, true, Edge::kNone},            // split rows, long top-k, topk_length
+        {3, 2048, 0, false, Edge::kNone},           // split rows, every column
+        {395, 96, 0, false, Edge::kNone},           // whole requests: 3 pieces per CTA (132 SMs x 2 CTAs), 3 tiles
+        {264, 300, 0, false, Edge::kNone},          // whole requests: 2 pieces per CTA (132 SMs x 2), 10 tiles each
+        {400, 96, 0, true, Edge::kNone},            // the CTA plan over ragged lengths: split and unsplit rows
+        {3, 200, 70, true, Edge::kNone},            // the extra cache, split
+        {300, 64, 33, true, Edge::kMainAllInvalid}, // the extra set alone
+        {3, 96, 0, true, Edge::kBothLengthsZero},   // no key at all: out 0, lse and max_logits -inf
+    };
+    for (const Shape& sh : shapes) {
+      for (const bool odd : {false, true}) {
+        ++seed;
+        const int64_t page = seed % 3 == 0 ? 64 : seed % 3 == 1 ? 61 : 3;
+        ExtraConfig c{KvFormat::kFP8DsMla, h_q, 2, sh.topk, sh.extra_topk, page, seed % 2 == 0 ? 64 : 1, sh.lengths,
+                      /*sink=*/sh.edge != Edge::kBothLengthsZero, seed};
+        c.batch = sh.batch;
+        c.edge = sh.edge;
+        c.odd_scales = odd;
+        run_case(*be, c);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+    // fp16 q: the portable kernel (the few-row kernel is bf16 only), split and unsplit.
+    for (const int64_t batch : {int64_t(3), int64_t(400)}) {
+      ExtraConfig c{KvFormat::kFP8DsMla, h_q, 2, 300, 0, 61, 64, /*lengths=*/true, /*sink=*/true, ++seed};
+      c.batch = batch;
+      c.q_dtype = DType::kFP16;
+      run_case(*be, c);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
 }

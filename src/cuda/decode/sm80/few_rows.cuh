@@ -1,8 +1,12 @@
 #pragma once
-// The few-row sparse decode kernel (issue 13; design: docs/experiments/smxx-sparse-few-rows-study.md, section 5):
-// DeepSeek V4 geometry (d_qk 512 = 448 e4m3 with UE8M0 group scales + 64 bf16 RoPE, V = the whole row), fp8_ds_v4
-// cache, q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync m16n8k16, cp.async).
-// Device code only. It reads the same plan (PartitionBounds, pieces as for_each_piece walks them) and writes the same
+// The few-row sparse decode kernels (issues 13 and 9; design: docs/experiments/smxx-sparse-few-rows-study.md, sections
+// 5 and 8): q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync, cp.async), for two
+// formats, one body templated on a format description (few_rows::DsV4, few_rows::DsMla):
+//   DsV4:  DeepSeek V4's geometry (d_qk 512 = 448 e4m3 with UE8M0 group scales of 64 columns + 64 bf16 RoPE, V = the
+//          whole row), fp8_ds_v4 cache;
+//   DsMla: DeepSeek V3's (V3.2's) geometry (d_qk 576 = 512 e4m3 with fp32 group scales of 128 columns + 64 bf16 RoPE,
+//          V = the first 512 columns), fp8_ds_mla cache.
+// Device code only. Both read the same plan (PartitionBounds, pieces as for_each_piece walks them) and write the same
 // outputs as the portable kernel (kernel.cuh): out + lse + max_logits for a whole request, part_out / part_lse /
 // part_max in the partition's slot for a split one, so combine.cu and the host plan are unchanged.
 //
@@ -11,7 +15,10 @@
 // 64-dimension slice g = [64 g, 64 g + 64) of the row for both products:
 //   Q K^T: the partial S_g = Q[:, slice g] K[:, slice g]^T (4 k-steps x 4 token n-tiles = 16 mma per 32-token tile);
 //   P V:   O[:, slice g] += P V[:, slice g]             (2 k-steps x 8 column n-tiles = 16 mma per tile).
-// Slices 0-6 are exactly fp8_ds_v4's seven UE8M0 groups (64 e4m3 bytes each); slice 7 is the bf16 RoPE part.
+// DsV4: slices 0-6 are exactly fp8_ds_v4's seven UE8M0 groups (64 e4m3 bytes each); slice 7 is the bf16 RoPE part.
+// DsMla: slices 0-7 are the 512 e4m3 columns (fp32 group g / 2 covers slices g and g + 1), and the 64 RoPE columns,
+// a ninth slice of Q K^T only, are split over the 8 warps as one m16n8k8 step each: warp g also takes RoPE columns
+// [8 g, 8 g + 8) (72 columns of Q K^T per warp, 4 m16n8k8 mma per tile; study section 8.1).
 //
 // mma.sync.m16n8k16 fragment maps (PTX ISA "Matrix Fragments for mma.m16n8k16", 16-bit A/B, f32 C), with
 // gid = lane / 4 and tig = lane % 4; each register holds two 16-bit values, the lower-indexed one in the low half:
@@ -19,6 +26,7 @@
 //                                  a2 = A[gid][2tig+8, 2tig+9]   a3 = A[gid+8][2tig+8, 2tig+9]
 //   B (16 x 8, "col", K x N):      b0 = B[2tig, 2tig+1][gid]     b1 = B[2tig+8, 2tig+9][gid]
 //   C (16 x 8, f32, M x N):        c0, c1 = C[gid][2tig, 2tig+1] c2, c3 = C[gid+8][2tig, 2tig+1]
+// m16n8k8 (16-bit A/B) has the first half of each: a0, a1 and b0 (k 2tig, 2tig+1), and the same C.
 //
 // The d-permutation (study 5.2). Q K^T sums over d, so any bijection applied to the k index of both A (Q) and B (K)
 // leaves S unchanged. In k-step s (0..3) of slice g the k indices map to dimensions of the slice as
@@ -30,23 +38,27 @@
 //   step s: a = {q_lo.w[2s], q_hi.w[2s], q_lo.w[2s+1], q_hi.w[2s+1]} (q_lo: head gid, q_hi: head gid + 8),
 //           b0 = k.w[2s], b1 = k.w[2s+1].
 // For an e4m3 slice the 16 values are one conflict-free 16-byte LDS of raw bytes and 8 exact e4m3x2 -> bf16x2
-// conversions, unscaled; for the RoPE slice they are two 16-byte LDS of bf16. Q's A fragments are loaded with the same
-// map straight from global memory, once per piece, and stay in registers.
+// conversions, unscaled; for V4's RoPE slice they are two 16-byte LDS of bf16. Q's A fragments are loaded with the
+// same map straight from global memory, once per piece, and stay in registers. DsMla's RoPE step keeps the identity
+// map: k = 2tig + e -> RoPE column 8 g + 2 tig + e, one 4-byte LDS of K per token and one Q word per head.
 //
-// Scales on S and P (study 5.4). Slice g < 7 has one scale per token, s = 2^(e - 127). The partial S_g (fp32) is
-// multiplied by it per C column (token), and P by the same scale before it is packed into A fragments for slice g's
-// P V (the C columns of n-tile 2kk + h are the A k indices of P's k-step kk: the same tokens). For a power of two this
-// equals scaling the values (what the reference and kernel.cuh do) up to summation order, outside overflow/underflow.
+// Scales on S and P (study 5.4, 8.2). An e4m3 slice has one scale per token: V4's s = 2^(e - 127), V3.2's fp32 s of
+// group g / 2. The partial S_g (fp32) is multiplied by it per C column (token), and P by the same scale before it is
+// packed into A fragments for slice g's P V (the C columns of n-tile 2kk + h are the A k indices of P's k-step kk: the
+// same tokens). For a power of two this equals scaling the values (what the reference and kernel.cuh do) up to
+// summation order, outside overflow/underflow. For any other fp32 scale the one bf16 rounding moves from e4m3 x s (the
+// portable kernel) to P x s; e4m3 values are exact in bf16, so the output error bound halves (study 8.2). DsMla
+// scales its latent partial before the RoPE step accumulates into it (the RoPE part has no scale).
 //
-// V (study 5.3). Warp g < 7 stores the 8 words it converted for K (dimensions 16 tig .. 16 tig + 15 of token gid of
-// each n-tile, i.e. natural order) into its private bf16 slice [32 tokens][64 dims] (row stride 144 B), and P V
-// reads it with ldmatrix.x4.trans, as kernel.cuh reads its dequantised tile. Warp 7 reads V straight from the stage's
-// bf16 RoPE area (same stride 144 B).
+// V (study 5.3). Warp g (V4: g < 7) stores the 8 words it converted for K (dimensions 16 tig .. 16 tig + 15 of token
+// gid of each n-tile, i.e. natural order) into its private bf16 slice [32 tokens][64 dims] (row stride 144 B), and P V
+// reads it with ldmatrix.x4.trans, as kernel.cuh reads its dequantised tile. V4's warp 7 reads V straight from the
+// stage's bf16 RoPE area (same stride 144 B). V3.2's V is its 8 e4m3 slices: every warp reads its private slice.
 //
-// Per 32-token tile `it` (stage it % 3), per warp:
+// Per 32-token tile `it`, per warp:
 //   (a) K fragments from the raw stage (+ the private V slice), Q K^T into acc[4 n-tiles];
 //   (b) partial S scaled by the token scales, stored (fp32) to spart[g]; barrier A;
-//       then the gather of tile it + 2 into stage (it + 2) % 3 (its last readers were tile it - 1's, all done at A),
+//       then the gather of tile it + 2 (its last readers were tile it - 1's, all done at A; see the rings below),
 //       with ids read one tile earlier (id_ahead), and the ids of tile it + 3 are read;
 //   (c) warp g reduces rows 2g, 2g + 1 (lane: row 2g + lane / 16, tokens 2 (lane % 16) + {0, 1}) over the 8
 //       partials, masks ids that name no row, updates the running max (online softmax in base 2, fp32), stores P
@@ -54,25 +66,34 @@
 //   (e) O rescaled by alpha (skipped when every alpha of the warp's rows is 1), P fragments packed (times the scales),
 //       P V.
 // Two CTA barriers per tile. Invalid ids (negative, past their cache, past the piece) are zero-filled and masked out.
+// Rings. DsV4: 3 raw stages (tile it in stage it % 3, scales and valid flags inside it): V4's RoPE warp reads V from
+// the raw stage in (e), so tile it + 2 may only take stage (it + 2) % 3. DsMla: nothing reads the raw e4m3 / RoPE
+// bytes after (a), so 2 raw stages suffice (tile it + 2 takes tile it's stage right after barrier A of tile it); the
+// fp32 scales (read again in (e)) and the valid flags (read in (c)) live in a separate ring of 3 small slots.
 //
-// The index maps above (Q and K fragments, the d-permutation, scales on S and P, the S partial and P layouts, the V
-// ldmatrix.trans addresses) are emulated against plain matrix products by
+// The index maps above (Q and K fragments, the d-permutation, DsMla's RoPE step, scales on S and P, the S partial
+// and P layouts, the V ldmatrix.trans addresses) are emulated against plain matrix products by
 // docs/experiments/smxx-sparse-few-rows-fragsim.py.
-// Known edge: a UE8M0 exponent of 255 (+inf scale) or 0 (2^-127) applied to S and P instead of to the values can
-// differ from the reference where it overflows or underflows (study section 6, risk 5).
-// Include only from instantiations/bf16_dsv4_sparse_few_rows.cu: the kernel is a non-template __global__.
+// Known edges: a UE8M0 exponent of 255 (+inf scale) or 0 (2^-127), or an fp32 scale near the float range, applied to
+// S and P instead of to the values can differ from the reference where it overflows or underflows (study section 6,
+// risk 5; section 8.2).
+// Include only from instantiations/*_few_rows.cu: each defines its non-template __global__ around
+// decode_few_rows_body<Format>.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/common/check.h"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
 #include "cuda/decode/smxx/cta_plan.cuh"
 #include "cuda/decode/smxx/dequant.cuh"
+#include "cuda/decode/smxx/launch.h"
 #include "cuda/decode/smxx/params.h"
 #include "cuda/decode/smxx/plan.cuh"
 
@@ -86,37 +107,84 @@ inline constexpr int kThreads = kWarps * 32;
 inline constexpr int kMinBlocks = 2;
 inline constexpr int kRows = 16;        // mma M: heads of one query token (h_q <= 16)
 inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's tile shift 5)
-inline constexpr int kRing = 3;  // raw stages (the portable kernel's kStages is 2)
 inline constexpr int kSlice = 64;       // dimensions per warp slice
-inline constexpr int kFp8Slices = ds_v4::kNumGroups;  // 7: slices 0-6 are e4m3 groups, slice 7 the bf16 RoPE
-static_assert(kFp8Slices + 1 == kWarps && kSlice == ds_v4::kGroupSize && kSlice * kWarps == kDimQKV4);
-
-// ---- raw stage: one tile's rows, split into three areas as the gather scatters them ----
-inline constexpr int kFp8Stride = ds_v4::kDimC;        // 448 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
-inline constexpr int kRopeStride = ds_v4::kDimR * 2 + 16;  // 144 B: 16 mod 128 (ldmatrix / LDS.128 conflict-free)
-inline constexpr int kScaleStride = ds_v4::kScaleBytes;    // 8 B
-inline constexpr int kFp8Off = 0;
-inline constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;       // 14,336
-inline constexpr int kScaleOff = kRopeOff + kTile * kRopeStride;    // 18,944
-inline constexpr int kStageBytes = kScaleOff + kTile * kScaleStride;  // 19,200
-// ---- the rest of the CTA's shared memory ----
+inline constexpr int kRopeStride = kDimR * 2 + 16;  // 144 B: 16 mod 128 (ldmatrix / LDS.128 / LDS.32 conflict-free)
+// ---- the CTA's shared memory past the raw stages, the same in both formats ----
 inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a private bf16 V slice
 inline constexpr int kVSliceBytes = kTile * kVStride;  // 4,608
 inline constexpr int kSPartStride = 40;  // floats per row of a partial S: 8 gid x 2 tig stores hit 32 distinct banks
 inline constexpr int kPStride = 40;      // floats per row of P: the A-fragment LDS.64 (rows gid, cols 2 tig) likewise
-inline constexpr int kStagesOff = 0;
-inline constexpr int kVOff = kStagesOff + kRing * kStageBytes;            // 57,600
-inline constexpr int kSPartOff = kVOff + kFp8Slices * kVSliceBytes;         // 89,856
-inline constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;  // 110,336
-inline constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;              // 112,896: float [16]
-inline constexpr int kStatOff = kAlphaOff + kRows * 4;                      // float m[16], l[16] (epilogue)
-inline constexpr int kValidOff = kStatOff + 2 * kRows * 4;                  // uint8 [kRing][32]
-inline constexpr int kSmemBytes = kValidOff + kRing * kTile;              // 113,184
-static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && kStageBytes % 16 == 0);
-static_assert(kFp8Stride % 128 == 64 && kRopeStride % 128 == 16 && kVStride % 128 == 16);
-// Two CTAs per SM on sm_90 (228 KB of shared memory per SM, 1 KB reserved per CTA, plus partition_bounds' static
-// bytes: 96, which ptxas reports as 128; 256 allowed here). An A100 (164 KB) holds one.
-static_assert(kCtaPlanSmemBytes<kThreads> <= 256 && 2 * (kSmemBytes + 256 + 1024) <= 228 * 1024);
+static_assert(kVStride == kRopeStride, "V4's RoPE warp reads V from the raw RoPE area with the private slices' code");
+static_assert(kSlice * kWarps == kDimV, "P V: warp g owns output columns [64 g, 64 g + 64)");
+
+/// DeepSeek V4, fp8_ds_v4: 7 e4m3 slices (warps 0-6, one UE8M0 group each) and the bf16 RoPE slice (warp 7).
+struct DsV4 {
+  static constexpr KvKind kKind = KvKind::kDsV4;
+  static constexpr int kDqk = kDimQKV4;
+  static constexpr int kFp8Slices = ds_v4::kNumGroups;  // 7: slices 0-6 are e4m3 groups, slice 7 the bf16 RoPE
+  static constexpr bool kRopeSplit = false;             // the RoPE part is warp 7's slice
+  static constexpr int kRawRing = 3;                    // raw stages; scales and valid flags inside them
+  static constexpr bool kSmallRing = false;
+  // ---- raw stage: one tile's rows, split into three areas as the gather scatters them ----
+  static constexpr int kFp8Stride = ds_v4::kDimC;  // 448 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
+  static constexpr int kScaleStride = ds_v4::kScaleBytes;  // 8 B
+  static constexpr int kFp8Off = 0;
+  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;          // 14,336
+  static constexpr int kScaleOff = kRopeOff + kTile * kRopeStride;       // 18,944
+  static constexpr int kStageBytes = kScaleOff + kTile * kScaleStride;  // 19,200
+  static constexpr int kSmallSlotBytes = 0;
+  static constexpr int kGatherSteps = 5;  // 8 lanes per row x 5 >= 28 e4m3 + 8 RoPE pieces + the scale block
+  static_assert(kFp8Slices + 1 == kWarps && kSlice == ds_v4::kGroupSize && kSlice * kWarps == kDqk);
+};
+
+/// DeepSeek V3.2, fp8_ds_mla: 8 e4m3 slices (fp32 group g / 2), the RoPE part split over the warps (m16n8k8 each).
+struct DsMla {
+  static constexpr KvKind kKind = KvKind::kDsMla;
+  static constexpr int kDqk = kDimQK;
+  static constexpr int kFp8Slices = ds_mla::kDimC / kSlice;  // 8: every warp
+  static constexpr bool kRopeSplit = true;                   // RoPE columns [8 g, 8 g + 8) to warp g (m16n8k8)
+  static constexpr int kRawRing = 2;                         // raw e4m3 + RoPE stages
+  static constexpr bool kSmallRing = true;                   // scales and valid flags: a ring of 3 slots
+  static constexpr int kFp8Stride = ds_mla::kDimC + 64;  // 576 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
+  static constexpr int kFp8Off = 0;
+  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;     // 18,432
+  static constexpr int kStageBytes = kRopeOff + kTile * kRopeStride;  // 23,040
+  static constexpr int kScaleOff = 0;                                // (in the small slot, not the stage)
+  /// A small slot: the tile's fp32 scales as [group][token] (LDS.64 gives tokens 2 tig, 2 tig + 1 of one group).
+  static constexpr int kSmallSlotBytes = ds_mla::kNumGroups * kTile * 4;  // 512
+  static constexpr int kGatherSteps = 6;  // 8 lanes per row x 6 >= 32 e4m3 + 8 RoPE pieces + the 4 scales
+  static_assert(kFp8Slices == kWarps && ds_mla::kGroupSize == 2 * kSlice && kSlice * kWarps + kDimR == kDqk);
+  static_assert(kDimR == 8 * kWarps, "one m16n8k8 RoPE step per warp");
+};
+
+/// The shared-memory layout of a format: raw stages, the small ring, the private V slices, the S partials, P, alpha,
+/// the row statistics and the valid flags.
+template <class F>
+struct Layout {
+  static constexpr int kStagesOff = 0;
+  static constexpr int kSmallOff = kStagesOff + F::kRawRing * F::kStageBytes;
+  static constexpr int kSmallSlots = F::kSmallRing ? 3 : 0;
+  static constexpr int kVOff = kSmallOff + kSmallSlots * F::kSmallSlotBytes;
+  static constexpr int kVSlices = F::kRopeSplit ? kWarps : F::kFp8Slices;  // warps with a private V slice
+  static constexpr int kSPartOff = kVOff + kVSlices * kVSliceBytes;
+  static constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;
+  static constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;  // float [16]
+  static constexpr int kStatOff = kAlphaOff + kRows * 4;          // float m[16], l[16] (epilogue)
+  static constexpr int kValidSlots = F::kSmallRing ? 3 : F::kRawRing;
+  static constexpr int kValidOff = kStatOff + 2 * kRows * 4;  // uint8 [kValidSlots][32]
+  static constexpr int kSmemBytes = kValidOff + kValidSlots * kTile;
+  static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && F::kStageBytes % 16 == 0 &&
+                kSmallOff % 16 == 0);
+  static_assert(F::kFp8Stride % 128 == 64 && kRopeStride % 128 == 16 && kVStride % 128 == 16);
+  // Two CTAs per SM on sm_90 (228 KB of shared memory per SM, 1 KB reserved per CTA, plus partition_bounds' static
+  // bytes: 96, which ptxas reports as 128; 256 allowed here). An A100 (164 KB) holds one.
+  static_assert(kCtaPlanSmemBytes<kThreads> <= 256 && 2 * (kSmemBytes + 256 + 1024) <= 228 * 1024);
+};
+// V4's layout as it was before the format became a parameter (57,600 / 89,856 / 110,336 / 112,896 / 113,184).
+static_assert(Layout<DsV4>::kVOff == 57600 && Layout<DsV4>::kSPartOff == 89856 && Layout<DsV4>::kPOff == 110336 &&
+              Layout<DsV4>::kAlphaOff == 112896 && Layout<DsV4>::kSmemBytes == 113184);
+// V3.2's: 2 x 23,040 stages, 3 x 512 scale slots, 8 V slices, S partials, P: 107,808 bytes.
+static_assert(Layout<DsMla>::kVOff == 47616 && Layout<DsMla>::kSmemBytes == 107808);
 
 }  // namespace few_rows
 
@@ -146,19 +214,36 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 lds64f(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
 
-/// The few-row kernel; launch: grid (1, p.partitions), 256 threads, few_rows::kSmemBytes of dynamic shared memory,
-/// only for sparse decode with p.rows = h_q <= 16 and an fp8_ds_v4 cache (host_sm80.cpp, use_few_rows).
-__global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) decode_few_rows_dsv4(const DecodeParams p) {
+/// The few-row kernel body for format F (few_rows::DsV4 or few_rows::DsMla); launch: grid (1, p.partitions), 256
+/// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for sparse decode with p.rows = h_q <= 16
+/// and F's cache (host_sm80.cpp, use_few_rows). Each instantiation file wraps it in its own __global__.
+template <class F>
+__device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   using namespace few_rows;
+  using L = Layout<F>;
+  constexpr int kStagesOff = L::kStagesOff;
+  constexpr int kFp8Off = F::kFp8Off, kRopeOff = F::kRopeOff, kScaleOff = F::kScaleOff;
+  constexpr int kFp8Stride = F::kFp8Stride, kStageBytes = F::kStageBytes, kRing = F::kRawRing;
+  constexpr int kFp8Slices = F::kFp8Slices;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = smem_addr(smem);
-  float* const spart = reinterpret_cast<float*>(smem + kSPartOff);  // [kWarps][kRows][kSPartStride]
-  float* const psm = reinterpret_cast<float*>(smem + kPOff);        // [kRows][kPStride]
-  float* const alpha_sm = reinterpret_cast<float*>(smem + kAlphaOff);
-  float* const stat_m = reinterpret_cast<float*>(smem + kStatOff);
+  float* const spart = reinterpret_cast<float*>(smem + L::kSPartOff);  // [kWarps][kRows][kSPartStride]
+  float* const psm = reinterpret_cast<float*>(smem + L::kPOff);        // [kRows][kPStride]
+  float* const alpha_sm = reinterpret_cast<float*>(smem + L::kAlphaOff);
+  float* const stat_m = reinterpret_cast<float*>(smem + L::kStatOff);
   float* const stat_l = stat_m + kRows;
-  uint8_t* const row_valid = smem + kValidOff;
+  uint8_t* const row_valid = smem + L::kValidOff;
 
   const int tid = threadIdx.x;
   const int lane = tid % 32;
@@ -169,11 +254,13 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
 
   pdl_wait();  // q, the cache, the ids, the lengths and the plan may come from the previous kernels
 
-  const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 has no per-cache scale
+  const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 and fp8_ds_mla have no per-cache scale
   const PartitionBounds* bounds = partition_bounds<true, kThreads>(p, part, kTileShift, blockIdx.x == 0);
 
-  // Gather lanes: lane l of warp w copies row 4 w + l / 8 of each tile, pieces l % 8 + 8 i (i = 0..4): pieces 0-27
-  // are the 28 e4m3 16-byte chunks, 28-35 the 8 RoPE chunks, 36 the 8-byte scale block (lane l % 8 = 4, i = 4).
+  // Gather lanes: lane l of warp w copies row 4 w + l / 8 of each tile, pieces l % 8 + 8 i (i < F::kGatherSteps).
+  // DsV4: pieces 0-27 are the 28 e4m3 16-byte chunks, 28-35 the 8 RoPE chunks, 36 the 8-byte scale block (lane
+  // l % 8 = 4, i = 4). DsMla: pieces 0-31 the 32 e4m3 chunks, 32-39 the 8 RoPE chunks (i = 4), and at i = 5 lanes
+  // l % 8 < 4 copy one 4-byte fp32 scale each into the small slot's [group][token] layout.
   // (Row and piece are taken from fresh_tid() where used.)
 
   auto run_piece = [&](const Piece& pc) {
@@ -187,11 +274,13 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
 
     // ---- Q: this thread's A-fragment words for its slice, heads gid and gid + 8 (zero past h_q) ----
     uint32_t qa[4][4];  // [k-step s][a0..a3]
+    uint32_t qr[2];     // DsMla: the RoPE step's a0 (head gid), a1 (head gid + 8): RoPE columns 8 g + 2 tig, + 1
     {
       // 32-bit loads, one per fragment register (16 per piece): with 16-byte loads ptxas kept the loaded words and
       // rebuilt each 4-register A operand with 4 moves before every mma, which also cost 4 registers.
-      const __nv_bfloat16* q_req = static_cast<const __nv_bfloat16*>(p.q) +
-                                   request_offset<true>(p, r, p.q_stride_b, p.q_stride_s) + kSlice * g + 16 * tig;
+      const __nv_bfloat16* q_tok =
+          static_cast<const __nv_bfloat16*>(p.q) + request_offset<true>(p, r, p.q_stride_b, p.q_stride_s);
+      const __nv_bfloat16* q_req = q_tok + kSlice * g + 16 * tig;
       const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid) * p.q_stride_h);
       const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid + 8) * p.q_stride_h);
       const bool has_lo = gid < p.rows, has_hi = gid + 8 < p.rows;  // rows past h_q are zero
@@ -202,6 +291,13 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         qa[s][2] = has_lo ? q_lo[2 * s + 1] : 0u;
         qa[s][3] = has_hi ? q_hi[2 * s + 1] : 0u;
       }
+      if constexpr (F::kRopeSplit) {
+        const __nv_bfloat16* q_rope = q_tok + ds_mla::kDimC + 8 * g + 2 * tig;
+        qr[0] = has_lo ? *reinterpret_cast<const uint32_t*>(q_rope + int64_t(gid) * p.q_stride_h) : 0u;
+        qr[1] = has_hi ? *reinterpret_cast<const uint32_t*>(q_rope + int64_t(gid + 8) * p.q_stride_h) : 0u;
+      } else {
+        qr[0] = qr[1] = 0u;
+      }
     }
 
     // ---- gather: ids one tile before their rows (so no id load is consumed in the tile that issues it) ----
@@ -209,37 +305,63 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
     auto tile_id = [&](int32_t tile) -> SparseId {
       const int g_row = fresh_tid() / 8;  // 4 w + l / 8
       const int64_t t = int64_t(t_begin + tile) * kTile + g_row;
-      if (tile < n_tiles && t < kv_hi) return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+      if (tile < n_tiles && t < kv_hi) {
+        if constexpr (F::kKind == KvKind::kDsMla) {
+          // V3.2 seldom has an extra cache: a piece wholly on the main side (always so without one; uniform across
+          // the CTA) reads its ids without the per-column choice of index tensor.
+          if (main_len >= kv_hi) return sparse_id<IdSet::kMainOnly>(p, r, t, main_len, len);
+        }
+        return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+      }
       return SparseId{-1, false};
     };
-    auto gather = [&](int stage, SparseId id) {
+    // Tile rows into raw stage `stage` and (DsMla) small slot `slot`; DsV4 keeps its scales and flags in the stage.
+    auto gather = [&](int stage, int slot, SparseId id) {
       const int ftid = fresh_tid();
       const int g_row = ftid / 8;     // 4 w + l / 8
       const int g_piece = ftid % 8;   // l % 8
-      const RowRef ref = sparse_row_ref_of<true>(p, id);  // row null: zero-fill, read nothing
+      const RowRef ref = sparse_row_ref_of<F::kKind == KvKind::kDsV4>(p, id);  // row null: zero-fill, read nothing
       const bool valid = ref.row != nullptr;
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
-      if (g_piece == 0) row_valid[stage * kTile + g_row] = valid;
+      if constexpr (!F::kSmallRing) {
+        if (g_piece == 0) row_valid[stage * kTile + g_row] = valid;
 #pragma unroll
-      for (int i = 0; i < 5; ++i) {
-        const int pc16 = g_piece + 8 * i;
-        if (pc16 < 28) {
-          cp_async_16(st + kFp8Off + g_row * kFp8Stride + pc16 * 16, valid ? ref.row + pc16 * 16 : p.pages,
-                      valid ? 16 : 0);
-        } else if (pc16 < 36) {
-          cp_async_16(st + kRopeOff + g_row * kRopeStride + (pc16 - 28) * 16,
-                      valid ? ref.row + ds_v4::kRopeOffset + (pc16 - 28) * 16 : p.pages, valid ? 16 : 0);
-        } else if (pc16 == 36) {
-          cp_async_8(st + kScaleOff + g_row * kScaleStride, valid ? ref.scales : p.pages,
-                     valid ? ds_v4::kScaleBytes : 0);
+        for (int i = 0; i < F::kGatherSteps; ++i) {
+          const int pc16 = g_piece + 8 * i;
+          if (pc16 < 28) {
+            cp_async_16(st + kFp8Off + g_row * kFp8Stride + pc16 * 16, valid ? ref.row + pc16 * 16 : p.pages,
+                        valid ? 16 : 0);
+          } else if (pc16 < 36) {
+            cp_async_16(st + kRopeOff + g_row * kRopeStride + (pc16 - 28) * 16,
+                        valid ? ref.row + ds_v4::kRopeOffset + (pc16 - 28) * 16 : p.pages, valid ? 16 : 0);
+          } else if (pc16 == 36) {
+            cp_async_8(st + kScaleOff + g_row * F::kScaleStride, valid ? ref.scales : p.pages,
+                       valid ? ds_v4::kScaleBytes : 0);
+          }
+        }
+      } else {
+        if (g_piece == 0) row_valid[slot * kTile + g_row] = valid;
+        // One source base for every piece: an invalid row copies nothing (src_bytes 0) from the pool's first bytes
+        // (every offset below is < 656, inside the pool's first row), so no piece needs its own select.
+        const uint8_t* src = (valid ? ref.row : p.pages) + g_piece * 16;
+        const int n16 = valid ? 16 : 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // the 512 e4m3 bytes: pieces g_piece + 8 i
+          cp_async_16(st + kFp8Off + g_row * kFp8Stride + (g_piece + 8 * i) * 16, src + ds_mla::kQuantOffset + 128 * i,
+                      n16);
+        }
+        cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + ds_mla::kRopeOffset, n16);
+        if (g_piece < ds_mla::kNumGroups) {  // scale g_piece of the row -> [group g_piece][token g_row]
+          cp_async_4(smem_base + L::kSmallOff + slot * F::kSmallSlotBytes + (g_piece * kTile + g_row) * 4,
+                     src - g_piece * 12 + ds_mla::kScaleOffset, valid ? 4 : 0);  // row + 512 + 4 g_piece
         }
       }
     };
 
     // Prologue: tiles 0 and 1 in flight (one commit group per tile, empty past the piece), ids of tile 2 read.
-    gather(0, tile_id(0));
+    gather(0, 0, tile_id(0));
     cp_async_commit();
-    gather(1, tile_id(1));
+    gather(1, 1, tile_id(1));
     cp_async_commit();
     SparseId id_ahead = tile_id(2);
     cp_async_wait<1>();
@@ -253,34 +375,46 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
     float m_run = -INFINITY;
     float l_run = 0.0f;
 
-    int stage = 0;
+    int stage = 0;  // raw stage of tile it: it % kRing
+    int sslot = 0;  // DsMla: small slot of tile it, it % 3 (DsV4: unused, the stage holds everything)
     for (int it = 0; it < n_tiles; ++it) {
       // Thread indices are read afresh in each phase (fresh_tid; they shadow the kernel's): offsets derived from them
       // are then recomputed per phase rather than held through the whole tile loop.
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
-      // The UE8M0 scales (slice g's group) of this thread's C columns / P's A k indices: tokens 8 n + 2 tig + j.
+      // The scales (slice g's group) of this thread's C columns / P's A k indices: tokens 8 n + 2 tig + j.
       auto token_scales = [&](float (&sc)[4][2], int g, int tig) {
+        if constexpr (!F::kSmallRing) {
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
+          for (int n = 0; n < 4; ++n)
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            sc[n][j] = 1.0f;  // the RoPE slice has no scale
-            if (g < kFp8Slices) {
-              sc[n][j] = ue8m0_to_float(
-                  smem[kStagesOff + stage * kStageBytes + kScaleOff + (8 * n + 2 * tig + j) * kScaleStride + g]);
+            for (int j = 0; j < 2; ++j) {
+              sc[n][j] = 1.0f;  // the RoPE slice has no scale
+              if (g < kFp8Slices) {
+                sc[n][j] = ue8m0_to_float(
+                    smem[kStagesOff + stage * kStageBytes + kScaleOff + (8 * n + 2 * tig + j) * F::kScaleStride + g]);
+              }
             }
+        } else {
+          // fp32 group g / 2 of tokens 8 n + 2 tig, + 1: one LDS.64 of the [group][token] slot per n-tile.
+          const uint32_t s_base = smem_base + L::kSmallOff + sslot * F::kSmallSlotBytes + (g / 2) * kTile * 4 + 8 * tig;
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const float2 v = lds64f(s_base + 32 * n);
+            sc[n][0] = v.x;
+            sc[n][1] = v.y;
           }
+        }
       };
       {
         const int ft = fresh_tid();
         const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
-        const uint32_t vslice = smem_base + kVOff + g * kVSliceBytes;  // g < 7 only
+        const uint32_t vslice = smem_base + L::kVOff + g * kVSliceBytes;  // DsV4: g < 7 only
         // ---- (a) K fragments and Q K^T over slice g: acc[n] = S_g[heads][tokens 8 n .. 8 n + 7] ----
         float acc[4][4];
 #pragma unroll
         for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
         __syncwarp();  // the previous tile's ldmatrix reads of the private V slice are done before it is rewritten
-        if (g < kFp8Slices) {
+        if (F::kRopeSplit || g < kFp8Slices) {
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
             const int tok = 8 * n + gid;
@@ -292,7 +426,7 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
 #pragma unroll
             for (int s = 0; s < 4; ++s) mma_16816<true>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
           }
-        } else {  // the RoPE warp: bf16 already, two 16-byte LDS per token
+        } else {  // V4's RoPE warp: bf16 already, two 16-byte LDS per token
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
             const int tok = 8 * n + gid;
@@ -308,24 +442,49 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         float sc[4][2];
         token_scales(sc, g, tig);
         float* my = spart + g * kRows * kSPartStride;
+        if constexpr (F::kRopeSplit) {
+          // The latent partial scaled, then the RoPE step (unscaled) accumulated onto it: B = K[token gid of n-tile
+          // n][RoPE columns 8 g + 2 tig, + 1], one conflict-free LDS.32 (row stride 144 B = 36 words: 4 gid + tig
+          // + 4 g mod 32).
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          const int col = 8 * n + 2 * tig;
-          *reinterpret_cast<float2*>(my + gid * kSPartStride + col) =
-              make_float2(acc[n][0] * sc[n][0], acc[n][1] * sc[n][1]);
-          *reinterpret_cast<float2*>(my + (gid + 8) * kSPartStride + col) =
-              make_float2(acc[n][2] * sc[n][0], acc[n][3] * sc[n][1]);
+          for (int n = 0; n < 4; ++n) {
+            acc[n][0] *= sc[n][0];
+            acc[n][1] *= sc[n][1];
+            acc[n][2] *= sc[n][0];
+            acc[n][3] *= sc[n][1];
+            const int tok = 8 * n + gid;
+            mma_1688<true>(acc[n], qr, lds32(st + kRopeOff + tok * kRopeStride + 16 * g + 4 * tig));
+          }
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int col = 8 * n + 2 * tig;
+            *reinterpret_cast<float2*>(my + gid * kSPartStride + col) = make_float2(acc[n][0], acc[n][1]);
+            *reinterpret_cast<float2*>(my + (gid + 8) * kSPartStride + col) = make_float2(acc[n][2], acc[n][3]);
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int col = 8 * n + 2 * tig;
+            *reinterpret_cast<float2*>(my + gid * kSPartStride + col) =
+                make_float2(acc[n][0] * sc[n][0], acc[n][1] * sc[n][1]);
+            *reinterpret_cast<float2*>(my + (gid + 8) * kSPartStride + col) =
+                make_float2(acc[n][2] * sc[n][0], acc[n][3] * sc[n][1]);
+          }
         }
       }
-      __syncthreads();  // barrier A: partials complete; every warp is past tile it - 1's P V (stage (it + 2) % 3 free)
+      __syncthreads();  // barrier A: partials complete; every warp is past tile it - 1's P V and tile it's (a)
 
       // ---- gather tile it + 2 (ids read during tile it - 1 or the prologue), read the ids of tile it + 3 ----
-      {
-        int next = stage + 2;
+      if constexpr (!F::kSmallRing) {
+        int next = stage + 2;  // (it + 2) % 3: tile it - 1's stage, free since barrier A
         if (next >= kRing) next -= kRing;
-        gather(next, id_ahead);  // id -1 past the piece: zero-fill only
-        id_ahead = tile_id(it + 3);
+        gather(next, next, id_ahead);  // id -1 past the piece: zero-fill only
+      } else {
+        int next_slot = sslot + 2;  // (it + 2) % 3: tile it - 1's scales and flags, read in its (c) and (e)
+        if (next_slot >= 3) next_slot -= 3;
+        gather(stage, next_slot, id_ahead);  // (it + 2) % 2 = it % 2: tile it's raw bytes, all read in (a)
       }
+      id_ahead = tile_id(it + 3);
       cp_async_commit();
 
       // ---- (c) row 2 g + lane / 16, columns 2 (lane % 16) + {0, 1}: S summed over the 8 slices, masked ----
@@ -342,7 +501,7 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
           s2.y += v.y;
         }
         // An id that names no row (negative, past its cache, past the piece) is no key: masked (its row is zeros).
-        const uint8_t* valid = row_valid + stage * kTile;
+        const uint8_t* valid = row_valid + (F::kSmallRing ? sslot : stage) * kTile;
         float s0 = valid[scol] != 0 ? s2.x : -INFINITY;
         float s1 = valid[scol + 1] != 0 ? s2.y : -INFINITY;
         // The maximum over the raw scores, scaled once (scale_log2 > 0 keeps the order), as kernel.cuh does.
@@ -361,7 +520,7 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         if (lane % 16 == 0) alpha_sm[srow] = alpha;
       }
       cp_async_wait<1>();  // tile it + 1's rows (all but the group just committed)
-      __syncthreads();     // barrier B: P and alpha complete; stage (it + 1) % 3 visible
+      __syncthreads();     // barrier B: P and alpha complete; tile it + 1's stage visible
 
       // ---- (e) O = alpha O + (P s) V over slice g ----
       {
@@ -382,8 +541,8 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         // P's A fragment of k-step kk (tokens 16 kk .. 16 kk + 15): a0/a1 = heads gid/gid + 8, tokens 16 kk + 2 tig
         // + {0, 1} (= C columns of n-tile 2 kk), a2/a3 the same heads, tokens 16 kk + 8 + 2 tig + {0, 1} (n-tile
         // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from the
-        // stage (intact until the gather of tile it + 3, after barrier A of tile it + 1) rather than kept in 8
-        // registers through (c).
+        // stage (DsV4: intact until the gather of tile it + 3, after barrier A of tile it + 1) or the small slot
+        // (DsMla: likewise) rather than kept in 8 registers through (c).
         float sc[4][2];
         token_scales(sc, g, tig);
         uint32_t pa[2][4];
@@ -401,8 +560,8 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         // V B fragments through ldmatrix.x4.trans of the row-major [token][64 dims] slice (stride 144 B): matrix
         // q = lane / 8 is tokens 16 kk + 8 (q % 2) .. + 7 x dims 16 np + 8 (q / 2) .. + 7, so b[0], b[1] are the B
         // fragment (tokens 16 kk .. + 15) of column n-tile 2 np and b[2], b[3] that of n-tile 2 np + 1.
-        static_assert(kVStride == kRopeStride, "both V sources share the row stride");
-        const uint32_t v_base = g == kFp8Slices ? st + kRopeOff : smem_base + kVOff + g * kVSliceBytes;
+        const uint32_t v_base = !F::kRopeSplit && g == kFp8Slices ? st + kRopeOff
+                                                                   : smem_base + L::kVOff + g * kVSliceBytes;
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
           const uint32_t v_addr = v_base + (16 * kk + lane % 8 + ((lane / 8) % 2) * 8) * kVStride + (lane / 16) * 16;
@@ -416,6 +575,7 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
         }
       }
       stage = stage + 1 == kRing ? 0 : stage + 1;
+      if constexpr (F::kSmallRing) sslot = sslot + 1 == 3 ? 0 : sslot + 1;
     }
     cp_async_wait_all();  // only empty groups can be left; the next piece's prologue reuses the stages
 
@@ -489,6 +649,27 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) deco
     if (t_end - t_begin > 0) run_piece(Piece{r, len, t_begin, t_end - t_begin, slot});
   }
   pdl_launch_dependents();
+}
+
+/// Host side of an instantiation file: sets kernel's dynamic shared memory (Layout<F>::kSmemBytes) and launches it on
+/// (1, p.partitions) CTAs of 256 threads.
+template <class F>
+Status launch_few_rows_kernel(void (*kernel)(DecodeParams), const DecodeParams& p, cudaStream_t stream, bool pdl) {
+  if (p.rows > few_rows::kRows) return Status::internal("decode: the few-row kernel takes at most 16 rows");
+  constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
+  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  PdlLaunch l(dim3(1, p.partitions), dim3(few_rows::kThreads), kSmem, stream, pdl);
+  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p));
+  return {};
+}
+
+/// CTAs of an instantiation file's kernel that fit on one SM (from the CUDA occupancy calculator).
+template <class F>
+Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int* ctas_per_sm) {
+  constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
+  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, few_rows::kThreads, kSmem));
+  return {};
 }
 
 }  // namespace mlakit::cuda::decode

@@ -1,6 +1,7 @@
 #pragma once
-// Host-side launcher of the few-row sparse decode kernel (few_rows.cuh: fp8_ds_v4, q bf16, h_q <= 16, sm_80+) and its
-// occupancy query. Chosen by host_sm80.cpp (use_few_rows) only; the portable kernel stays the default elsewhere.
+// Host-side launchers of the few-row sparse decode kernels (few_rows.cuh: q bf16, h_q <= 16, sm_80+; fp8_ds_v4 in V4's
+// geometry, fp8_ds_mla in V3's) and their occupancy queries. Chosen by host_sm80.cpp (use_few_rows) only; the portable
+// kernel stays the default elsewhere.
 
 #include <cuda_runtime_api.h>
 
@@ -14,5 +15,11 @@ Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl
 
 /// CTAs of decode_few_rows_dsv4 that fit on one SM (from the CUDA occupancy calculator).
 Status few_rows_dsv4_occupancy(int* ctas_per_sm);
+
+/// Launches decode_few_rows_dsmla (V3 geometry, fp8_ds_mla) on a grid of (1, p.partitions) CTAs of 256 threads.
+Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pdl);
+
+/// CTAs of decode_few_rows_dsmla that fit on one SM (from the CUDA occupancy calculator).
+Status few_rows_dsmla_occupancy(int* ctas_per_sm);
 
 }  // namespace mlakit::cuda::decode

@@ -24,14 +24,19 @@ int row_groups_for(int64_t rows) {
 
 int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups == 2 ? 1 : 2; }
 
-// ---- the few-row sparse kernel (few_rows.cuh; issue 13, docs/experiments/smxx-sparse-few-rows-study.md) ----
-/// Whether a call goes to the few-row kernel: sparse decode, q bf16, DeepSeek V4 geometry with an fp8_ds_v4 cache, at
-/// most 16 rows (heads) per query token, where converting K in registers straight into mma fragments beats the
-/// portable kernel's dequantised tile (H100, b128 s_q 2 h16 top-k 128 + 512: 0.0662 against 0.0883 ms). Its plan,
-/// workspace and combine are the portable kernel's (tile shift 5).
+// ---- the few-row sparse kernels (few_rows.cuh; issues 13 and 9, docs/experiments/smxx-sparse-few-rows-study.md) ----
+/// Whether a call goes to a few-row kernel: sparse decode, q bf16, at most 16 rows (heads) per query token, and
+/// either DeepSeek V4's geometry with an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), where converting K in
+/// registers straight into mma fragments beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k
+/// 128 + 512: 0.0662 against 0.0883 ms; V3.2 not measured yet). Their plan, workspace and combine are the portable
+/// kernel's (tile shift 5).
 bool use_few_rows(int64_t rows, const Sm80Variant& v) {
-  return v.sparse && v.bf16 && v.v4 && v.kind == KvKind::kDsV4 && rows <= kRowsPerGroup;
+  if (!v.sparse || !v.bf16 || rows > kRowsPerGroup) return false;
+  return v.v4 ? v.kind == KvKind::kDsV4 : v.kind == KvKind::kDsMla;
 }
+
+/// The few-row kernel of a variant use_few_rows takes: 0 for fp8_ds_v4, 1 for fp8_ds_mla (DeviceFacts' index too).
+int few_rows_index(const Sm80Variant& v) { return v.kind == KvKind::kDsV4 ? 0 : 1; }
 
 /// The one place where a variant becomes template values: calls f.template operator()<kBf16, kKind, kSparse, kDqk>().
 /// V4's geometry has instantiations for sparse decode with q in bf16 only (check_geometry refuses the rest).
@@ -69,8 +74,8 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   MLAKIT_TRY(device_facts(&facts));
   Sm80Shape s;
   if (use_few_rows(rows, v)) {  // one CTA per partition, all rows in it
-    int& few = facts->sm80_few_rows_ctas;
-    if (few < 1) MLAKIT_TRY(few_rows_dsv4_occupancy(&few));
+    int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];
+    if (few < 1) MLAKIT_TRY(few_rows_index(v) == 0 ? few_rows_dsv4_occupancy(&few) : few_rows_dsmla_occupancy(&few));
     if (few < 1) return Status::internal("decode: the few-row kernel does not fit on an SM of this device");
     s.row_groups = 1;
     s.row_blocks = 1;
@@ -99,7 +104,8 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
 
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
   if (shape.few_rows) {
-    MLAKIT_TRY(launch_few_rows_dsv4(d, stream, shape.pdl));
+    MLAKIT_TRY(v.kind == KvKind::kDsV4 ? launch_few_rows_dsv4(d, stream, shape.pdl)
+                                       : launch_few_rows_dsmla(d, stream, shape.pdl));
     return launch_combine(d, v.bf16, stream, shape.pdl);
   }
   MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
