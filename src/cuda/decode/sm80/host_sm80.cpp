@@ -28,7 +28,7 @@ int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups ==
 /// Whether a call goes to a few-row kernel: sparse decode, q bf16, at most 16 rows (heads) per query token, and
 /// either DeepSeek V4's geometry with an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), where converting K in
 /// registers straight into mma fragments beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k
-/// 128 + 512: 0.0662 against 0.0883 ms; V3.2 not measured yet). Their plan, workspace and combine are the portable
+/// 128 + 512: 0.0662 against 0.0883 ms; V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan, workspace and combine are the portable
 /// kernel's (tile shift 5).
 bool use_few_rows(int64_t rows, const Sm80Variant& v) {
   if (!v.sparse || !v.bf16 || rows > kRowsPerGroup) return false;
