@@ -7,8 +7,9 @@
 # It checks Q's and K's d-permutation, the scales applied to partial S and to P, the S-partial / P layouts and the V
 # addresses with float64 values (indices, not rounding); for dsmla also the gather's scatter of a 656-byte row into the
 # stage's e4m3 / RoPE areas and the small slot's [group][token] scales, byte for byte, and the shared-memory bank
-# pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64). Usage: python3
-# docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy map (32 rows by
+# one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the scale table
+# (sc_tab) and the reads of both. Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
 
 H = 16; T = 32
@@ -215,9 +216,80 @@ def dsmla_bytes(rng):
     assert (slot >= 0).all(), "every stage and slot byte written"
 
 
+def dsv4_bytes(rng):
+    """The dsv4 gather warp and the reads of its stage, at byte level: few_rows::DsV4's offsets, 576-byte token
+    blocks (448 e4m3 + 128 RoPE bytes) and 8-byte scale blocks; some rows invalid (zero-fill, flag 0)."""
+    FP8_STRIDE, ROPE_STRIDE, ROPE_OFF, SCALE_OFF, STAGE = 448, 144, 32 * 448, 32 * 448 + 32 * 144, 19200
+    tok_blk = rng.integers(0, 256, size=(T, 576), dtype=np.uint8)
+    scl_blk = rng.integers(100, 150, size=(T, 8), dtype=np.uint8)
+    row_ok = rng.random(T) > 0.25
+    stage = np.full(STAGE, -1, dtype=np.int64)
+    writes = np.zeros(STAGE, dtype=np.int64)
+    valid = [None] * T
+
+    def copy(dst, blk, off, n, ok):  # cp.async: src-size 0 (no row) writes n zero bytes and reads nothing
+        stage[dst:dst+n] = blk[off:off+n] if ok else 0
+        writes[dst:dst+n] += 1
+
+    # lane l holds row l's id (ref.row, ref.scales); the row addresses are shuffled from lane row = l / 4 + 8 k
+    for l in range(32):
+        valid[l] = int(row_ok[l])
+        copy(SCALE_OFF + l*8, scl_blk[l], 0, 8, row_ok[l])
+    for k in range(4):
+        for j in range(9):  # one copy instruction: 8 rows x 64 contiguous bytes
+            per_row = {}
+            for l in range(32):
+                row, c16 = l // 4 + 8*k, 16 * (l % 4)
+                if j < 7:
+                    src = c16 + 64*j; dst = row*FP8_STRIDE + c16 + 64*j
+                else:
+                    src = 448 + c16 + 64*(j - 7); dst = ROPE_OFF + row*ROPE_STRIDE + c16 + 64*(j - 7)
+                copy(dst, tok_blk[row], src, 16, row_ok[row])
+                per_row.setdefault(row, []).append(src)
+            assert len(per_row) == 8 and all(sorted(v) == list(range(min(v), min(v) + 64, 16)) and min(v) % 64 == 0
+                                             for v in per_row.values()), "8 rows x 64 contiguous bytes per copy"
+    for tok in range(T):  # every used byte written exactly once, with the row's bytes or zeros
+        want = tok_blk[tok] if row_ok[tok] else np.zeros(576, dtype=np.uint8)
+        a = tok*FP8_STRIDE; assert (writes[a:a+448] == 1).all() and (stage[a:a+448] == want[:448]).all()
+        a = ROPE_OFF + tok*ROPE_STRIDE; assert (writes[a:a+128] == 1).all() and (stage[a:a+128] == want[448:]).all()
+        assert (writes[a+128:a+144] == 0).all(), "RoPE row padding untouched"
+        a = SCALE_OFF + tok*8; assert (writes[a:a+8] == 1).all()
+        assert (stage[a:a+8] == (scl_blk[tok] if row_ok[tok] else 0)).all()
+    # the scale table: lane l of warp g decodes byte g of token l's block (1 for the RoPE warp); (b) and (e) read
+    # float2 at sc_tab[g][8 n + 2 tig] for tokens 8 n + 2 tig + j
+    sc_tab = np.zeros((8, 32))
+    for g in range(8):
+        for l in range(32):
+            sc_tab[g][l] = 2.0 ** (int(stage[SCALE_OFF + l*8 + g]) - 127) if g < 7 else 1.0
+    for g in range(8):
+        for n in range(4):
+            addrs = []
+            for l in range(32):
+                tig = l % 4
+                a = g*128 + 4*(8*n + 2*tig); addrs.append(a)
+                for j in range(2):
+                    tok = 8*n + 2*tig + j
+                    want = 2.0 ** (int(scl_blk[tok][g] if row_ok[tok] else 0) - 127) if g < 7 else 1.0
+                    assert sc_tab[g][(a - g*128) // 4 + j] == want
+            assert conflict_free(addrs, 8), "sc_tab LDS.64 conflicts"
+            # K (g < 7): LDS.128 at tok * 448 + 64 g + 16 tig; RoPE (warp 7): LDS.128 x2 at tok * 144 + 32 tig (+ 16)
+            for half in (range(2) if g == 7 else range(1)):
+                addrs = []
+                for l in range(32):
+                    gid, tig = l // 4, l % 4
+                    tok = 8*n + gid
+                    a = (tok*FP8_STRIDE + 64*g + 16*tig) if g < 7 else (ROPE_OFF + tok*ROPE_STRIDE + 32*tig + 16*half)
+                    b = (64*g + 16*tig) if g < 7 else (448 + 32*tig + 16*half)
+                    assert (stage[a:a+16] == (tok_blk[tok][b:b+16] if row_ok[tok] else 0)).all()
+                    addrs.append(a)
+                assert conflict_free(addrs, 16), "K LDS.128 conflicts"
+    assert valid == [int(v) for v in row_ok]
+
+
 rng = np.random.default_rng(1)
 for fmt in ("dsv4", "dsmla"):
     run(fmt, rng)
 dsmla_bytes(rng)
+dsv4_bytes(rng)
 print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P, "
-      "ldmatrix.trans V; dsmla gather bytes and bank patterns")
+      "ldmatrix.trans V; dsmla gather bytes and bank patterns; dsv4 gather-warp copy map, scale table and reads")

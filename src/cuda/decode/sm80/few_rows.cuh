@@ -49,6 +49,12 @@
 // summation order, outside overflow/underflow. For any other fp32 scale the one bf16 rounding moves from e4m3 x s (the
 // portable kernel) to P x s; e4m3 values are exact in bf16, so the output error bound halves (study 8.2). DsMla
 // scales its latent partial before the RoPE step accumulates into it (the RoPE part has no scale).
+// Each thread needs the scales of 8 tokens (8 n + 2 tig + j), twice per tile. DsV4 decodes its UE8M0 bytes once per
+// tile: lane l of warp g decodes token l's byte of group g into the warp's row of sc_tab (float [32], warp-private:
+// __syncwarp only), and both uses read it as 4 conflict-free float2 (LDS.64); warp 7's row (RoPE: no scale) is 1.
+// Decoding them where used cost 8 LDS.U8, 24 decode instructions and their addresses, each time (~80 of the ~690
+// instructions per warp per tile in the ncu profile of 9651a61). DsMla's fp32 scales are already stored as
+// [group][token] in their small slot: both uses read them there as 4 LDS.64.
 //
 // V (study 5.3). Warp g (V4: g < 7) stores the 8 words it converted for K (dimensions 16 tig .. 16 tig + 15 of token
 // gid of each n-tile, i.e. natural order) into its private bf16 slice [32 tokens][64 dims] (row stride 144 B), and P V
@@ -56,20 +62,31 @@
 // stage's bf16 RoPE area (same stride 144 B). V3.2's V is its 8 e4m3 slices: every warp reads its private slice.
 //
 // Per 32-token tile `it`, per warp:
-//   (a) K fragments from the raw stage (+ the private V slice), Q K^T into acc[4 n-tiles];
+//   (a) DsV4: the token scales of group g decoded into sc_tab[g]. K fragments from the raw stage (+ the private V
+//       slice), Q K^T into acc[4 n-tiles]. DsV4's warp 7 (RoPE: no conversion, so idle here otherwise) is the gather
+//       warp: before its RoPE mma it gathers tile it + 2, all 32 rows, with the ids it read one tile earlier
+//       (id_ahead), and reads the ids of tile it + 3;
 //   (b) partial S scaled by the token scales, stored (fp32) to spart[g]; barrier A;
-//       then the gather of tile it + 2 (its last readers were tile it - 1's, all done at A; see the rings below),
-//       with ids read one tile earlier (id_ahead), and the ids of tile it + 3 are read;
+//       DsMla: then every warp gathers 4 rows of tile it + 2, with ids read one tile earlier (id_ahead), and reads
+//       the ids of tile it + 3;
 //   (c) warp g reduces rows 2g, 2g + 1 (lane: row 2g + lane / 16, tokens 2 (lane % 16) + {0, 1}) over the 8
 //       partials, masks ids that name no row, updates the running max (online softmax in base 2, fp32), stores P
-//       (fp32) and alpha; cp.async.wait_group for tile it + 1; barrier B;
+//       (fp32) and alpha; cp.async.wait_group for tile it + 1 (DsV4: a no-op but in the gather warp); barrier B;
 //   (e) O rescaled by alpha (skipped when every alpha of the warp's rows is 1), P fragments packed (times the scales),
 //       P V.
 // Two CTA barriers per tile. Invalid ids (negative, past their cache, past the piece) are zero-filled and masked out.
-// Rings. DsV4: 3 raw stages (tile it in stage it % 3, scales and valid flags inside it): V4's RoPE warp reads V from
-// the raw stage in (e), so tile it + 2 may only take stage (it + 2) % 3. DsMla: nothing reads the raw e4m3 / RoPE
-// bytes after (a), so 2 raw stages suffice (tile it + 2 takes tile it's stage right after barrier A of tile it); the
-// fp32 scales (read again in (e)) and the valid flags (read in (c)) live in a separate ring of 3 small slots.
+// Rings. DsV4: 3 raw stages (tile it in stage it % 3, scales and valid flags inside it). The gather warp writes tile
+// it + 2 into stage (it + 2) % 3 = (it - 1) % 3 before barrier A of tile it: that stage's last readers were tile
+// it - 1's, every warp's (a) (K, scale bytes) before barrier A and (c) (valid flags) before barrier B of tile it - 1,
+// which the gather warp has passed, and the gather warp's own RoPE V reads in (e) of tile it - 1 (program order);
+// no other warp reads a raw stage in (e) (the scales come from sc_tab). Up to 995a95f every V4 warp gathered 4 rows
+// of tile it + 2 after barrier A and resolved its own ids: ~180 of the ~690 instructions per warp per tile, on all
+// 8 warps between the barriers (ncu profile of 9651a61); one warp now does them once, in time it had spare.
+// DsMla: nothing reads the raw e4m3 / RoPE bytes after (a), so 2 raw stages suffice (tile it + 2 takes tile it's
+// stage right after barrier A of tile it); the fp32 scales (read again in (e)) and the valid flags (read in (c)) live
+// in a separate ring of 3 small slots. DsMla has no gather warp: every warp converts an e4m3 slice in (a), so none is
+// idle before barrier A, and a gather there would need a third raw stage (+23,040 B: 130,848 B, past the 115,456 B
+// a CTA may take at 2 CTAs per SM).
 //
 // The index maps above (Q and K fragments, the d-permutation, DsMla's RoPE step, scales on S and P, the S partial
 // and P layouts, the V ldmatrix.trans addresses) are emulated against plain matrix products by
@@ -103,7 +120,8 @@ namespace few_rows {
 
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
-/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v: 128 registers, no spills, sm_80 and sm_90a).
+/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v, sm_80 / sm_90a, no spills: DsV4 122 / 127,
+/// DsMla 123 / 124 registers).
 inline constexpr int kMinBlocks = 2;
 inline constexpr int kRows = 16;        // mma M: heads of one query token (h_q <= 16)
 inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's tile shift 5)
@@ -125,6 +143,10 @@ struct DsV4 {
   static constexpr bool kRopeSplit = false;             // the RoPE part is warp 7's slice
   static constexpr int kRawRing = 3;                    // raw stages; scales and valid flags inside them
   static constexpr bool kSmallRing = false;
+  static constexpr bool kScaleTable = true;  // UE8M0 bytes decoded once per tile into sc_tab (float [kWarps][32])
+  /// The warp that gathers every tile's rows (before barrier A, into stage (it - 1) % 3, ids from IdRows): the RoPE
+  /// warp, which has no conversion to do before barrier A.
+  static constexpr int kGatherWarp = kFp8Slices;
   // ---- raw stage: one tile's rows, split into three areas as the gather scatters them ----
   static constexpr int kFp8Stride = ds_v4::kDimC;  // 448 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
   static constexpr int kScaleStride = ds_v4::kScaleBytes;  // 8 B
@@ -133,7 +155,6 @@ struct DsV4 {
   static constexpr int kScaleOff = kRopeOff + kTile * kRopeStride;       // 18,944
   static constexpr int kStageBytes = kScaleOff + kTile * kScaleStride;  // 19,200
   static constexpr int kSmallSlotBytes = 0;
-  static constexpr int kGatherSteps = 5;  // 8 lanes per row x 5 >= 28 e4m3 + 8 RoPE pieces + the scale block
   static_assert(kFp8Slices + 1 == kWarps && kSlice == ds_v4::kGroupSize && kSlice * kWarps == kDqk);
 };
 
@@ -145,6 +166,8 @@ struct DsMla {
   static constexpr bool kRopeSplit = true;                   // RoPE columns [8 g, 8 g + 8) to warp g (m16n8k8)
   static constexpr int kRawRing = 2;                         // raw e4m3 + RoPE stages
   static constexpr bool kSmallRing = true;                   // scales and valid flags: a ring of 3 slots
+  static constexpr bool kScaleTable = false;                 // fp32 scales, read from the small slot (LDS.64)
+  static constexpr int kGatherWarp = -1;  // none: every warp gathers 4 rows after barrier A (header: "Rings")
   static constexpr int kFp8Stride = ds_mla::kDimC + 64;  // 576 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
   static constexpr int kFp8Off = 0;
   static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;     // 18,432
@@ -152,13 +175,24 @@ struct DsMla {
   static constexpr int kScaleOff = 0;                                // (in the small slot, not the stage)
   /// A small slot: the tile's fp32 scales as [group][token] (LDS.64 gives tokens 2 tig, 2 tig + 1 of one group).
   static constexpr int kSmallSlotBytes = ds_mla::kNumGroups * kTile * 4;  // 512
-  static constexpr int kGatherSteps = 6;  // 8 lanes per row x 6 >= 32 e4m3 + 8 RoPE pieces + the 4 scales
   static_assert(kFp8Slices == kWarps && ds_mla::kGroupSize == 2 * kSlice && kSlice * kWarps + kDimR == kDqk);
   static_assert(kDimR == 8 * kWarps, "one m16n8k8 RoPE step per warp");
 };
 
+/// Where a piece's request's index rows start (sparse_id's addresses, as element offsets): column t < main_len is
+/// p.indices[main + t], a later one p.extra_indices[extra + t - main_len]. The gather warp's (F::kGatherWarp >= 0),
+/// kept in shared memory for the tile loop: recomputed per tile (request_offset for both sets, 64-bit) they cost ~30
+/// instructions per tile, and kept in registers 5 registers. Offsets rather than pointers, so that the id loads stay
+/// global loads (LDG).
+struct IdRows {
+  int64_t main;
+  int64_t extra;
+  int32_t main_len;
+};
+static_assert(sizeof(IdRows) <= 32);
+
 /// The shared-memory layout of a format: raw stages, the small ring, the private V slices, the S partials, P, alpha,
-/// the row statistics and the valid flags.
+/// the row statistics, the scale table and IdRows (DsV4) and the valid flags.
 template <class F>
 struct Layout {
   static constexpr int kStagesOff = 0;
@@ -170,19 +204,29 @@ struct Layout {
   static constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;
   static constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;  // float [16]
   static constexpr int kStatOff = kAlphaOff + kRows * 4;          // float m[16], l[16] (epilogue)
+  static constexpr int kScTabOff = kStatOff + 2 * kRows * 4;  // float [kWarps][32] (F::kScaleTable): token scales
+  static constexpr int kIdRowsOff = kScTabOff + (F::kScaleTable ? kWarps * kTile * 4 : 0);  // IdRows (gather warp)
   static constexpr int kValidSlots = F::kSmallRing ? 3 : F::kRawRing;
-  static constexpr int kValidOff = kStatOff + 2 * kRows * 4;  // uint8 [kValidSlots][32]
+  static constexpr int kValidOff = kIdRowsOff + (F::kGatherWarp >= 0 ? 32 : 0);  // uint8 [kValidSlots][32]
   static constexpr int kSmemBytes = kValidOff + kValidSlots * kTile;
   static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && F::kStageBytes % 16 == 0 &&
-                kSmallOff % 16 == 0);
+                kSmallOff % 16 == 0 && kScTabOff % 16 == 0 && kIdRowsOff % 16 == 0);
+  // The gather warp writes tile it + 2 into stage (it - 1) % 3 before barrier A of tile it: that needs 3 raw stages,
+  // no warp but the gather warp reading a stage in (e) (the scales from sc_tab, not the stage), and a warp with spare
+  // time before barrier A (V4's RoPE warp). Without one, every warp gathers after barrier A into tile it's stage,
+  // whose scales and flags must then outlive it in the small ring.
+  static_assert(F::kGatherWarp < 0 ? F::kSmallRing
+                                   : F::kRawRing == 3 && F::kScaleTable && !F::kRopeSplit &&
+                                         F::kGatherWarp == F::kFp8Slices && F::kGatherWarp < kWarps);
   static_assert(F::kFp8Stride % 128 == 64 && kRopeStride % 128 == 16 && kVStride % 128 == 16);
   // Two CTAs per SM on sm_90 (228 KB of shared memory per SM, 1 KB reserved per CTA, plus partition_bounds' static
   // bytes: 96, which ptxas reports as 128; 256 allowed here). An A100 (164 KB) holds one.
   static_assert(kCtaPlanSmemBytes<kThreads> <= 256 && 2 * (kSmemBytes + 256 + 1024) <= 228 * 1024);
 };
-// V4's layout as it was before the format became a parameter (57,600 / 89,856 / 110,336 / 112,896 / 113,184).
+// V4's: 3 x 19,200 stages, 7 V slices, S partials, P (57,600 / 89,856 / 110,336 / 112,896), the scale table and
+// IdRows (1,024 + 32 B): 114,240 bytes.
 static_assert(Layout<DsV4>::kVOff == 57600 && Layout<DsV4>::kSPartOff == 89856 && Layout<DsV4>::kPOff == 110336 &&
-              Layout<DsV4>::kAlphaOff == 112896 && Layout<DsV4>::kSmemBytes == 113184);
+              Layout<DsV4>::kAlphaOff == 112896 && Layout<DsV4>::kSmemBytes == 114240);
 // V3.2's: 2 x 23,040 stages, 3 x 512 scale slots, 8 V slices, S partials, P: 107,808 bytes.
 static_assert(Layout<DsMla>::kVOff == 47616 && Layout<DsMla>::kSmemBytes == 107808);
 
@@ -202,6 +246,9 @@ __device__ __forceinline__ void e4m3x16_to_bf16(const uint4 raw, uint32_t (&w)[8
 __device__ __forceinline__ int fresh_tid() {
   int t;
   asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  // The asm hides threadIdx.x's range: without it every t / 32, t % 4 ... of the phases is a signed division
+  // sequence (~15 instructions per tile for the (c) addresses alone).
+  __builtin_assume(t >= 0 && t < few_rows::kThreads);
   return t;
 }
 
@@ -243,13 +290,13 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   float* const alpha_sm = reinterpret_cast<float*>(smem + L::kAlphaOff);
   float* const stat_m = reinterpret_cast<float*>(smem + L::kStatOff);
   float* const stat_l = stat_m + kRows;
+  float* const sc_tab = reinterpret_cast<float*>(smem + L::kScTabOff);  // DsV4: [kWarps][kTile]
+  IdRows* const id_rows = reinterpret_cast<IdRows*>(smem + L::kIdRowsOff);  // DsV4 (the gather warp's)
   uint8_t* const row_valid = smem + L::kValidOff;
 
-  const int tid = threadIdx.x;
-  const int lane = tid % 32;
-  const int g = tid / 32;     // warp = slice
-  const int gid = lane / 4;   // fragment row (A, C) / column (B)
-  const int tig = lane % 4;   // fragment column pair
+  // Thread indices (warp g = slice, lane, gid = lane / 4: fragment row (A, C) / column (B), tig = lane % 4: fragment
+  // column pair) are read afresh (fresh_tid) in each phase, the Q load and the epilogue: nothing derived from them is
+  // kept through the tile loop.
   const int part = blockIdx.y;
 
   pdl_wait();  // q, the cache, the ids, the lengths and the plan may come from the previous kernels
@@ -257,16 +304,13 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 and fp8_ds_mla have no per-cache scale
   const PartitionBounds* bounds = partition_bounds<true, kThreads>(p, part, kTileShift, blockIdx.x == 0);
 
-  // Gather lanes: lane l of warp w copies row 4 w + l / 8 of each tile, pieces l % 8 + 8 i (i < F::kGatherSteps).
-  // DsV4: pieces 0-27 are the 28 e4m3 16-byte chunks, 28-35 the 8 RoPE chunks, 36 the 8-byte scale block (lane
-  // l % 8 = 4, i = 4). DsMla: pieces 0-31 the 32 e4m3 chunks, 32-39 the 8 RoPE chunks (i = 4), and at i = 5 lanes
-  // l % 8 < 4 copy one 4-byte fp32 scale each into the small slot's [group][token] layout.
-  // (Row and piece are taken from fresh_tid() where used.)
-
   auto run_piece = [&](const Piece& pc) {
     const int32_t r = pc.req;
     const int32_t len = pc.len;
-    const int32_t main_len = request_main_len(p.lens, r);  // columns from main_len on name the extra cache
+    // Columns from main_len on name the extra cache. Read here for the per-warp gather (DsMla); the gather warp
+    // (DsV4) reads it in the prologue, into IdRows.
+    int32_t main_len = 0;
+    if constexpr (F::kGatherWarp < 0) main_len = request_main_len(p.lens, r);
     const int32_t t_begin = pc.t_begin;
     const int32_t n_tiles = pc.n_tiles;
     // The piece's last column + 1: at most len, so an int32 (one register fewer through the tile loop).
@@ -278,6 +322,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     {
       // 32-bit loads, one per fragment register (16 per piece): with 16-byte loads ptxas kept the loaded words and
       // rebuilt each 4-register A operand with 4 moves before every mma, which also cost 4 registers.
+      const int ft = fresh_tid();
+      const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
       const __nv_bfloat16* q_tok =
           static_cast<const __nv_bfloat16*>(p.q) + request_offset<true>(p, r, p.q_stride_b, p.q_stride_s);
       const __nv_bfloat16* q_req = q_tok + kSlice * g + 16 * tig;
@@ -301,45 +347,69 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     }
 
     // ---- gather: ids one tile before their rows (so no id load is consumed in the tile that issues it) ----
-    // This lane's index column of tile `tile` of the piece: -1 (no row) past the piece's last column (kv_hi).
+    // DsMla (every warp): this lane's index column of tile `tile` of the piece, row 4 w + l / 8 of the tile; -1 (no
+    // row) past the piece's last column (kv_hi).
     auto tile_id = [&](int32_t tile) -> SparseId {
       const int g_row = fresh_tid() / 8;  // 4 w + l / 8
       const int64_t t = int64_t(t_begin + tile) * kTile + g_row;
       if (tile < n_tiles && t < kv_hi) {
-        if constexpr (F::kKind == KvKind::kDsMla) {
-          // V3.2 seldom has an extra cache: a piece wholly on the main side (always so without one; uniform across
-          // the CTA) reads its ids without the per-column choice of index tensor.
-          if (main_len >= kv_hi) return sparse_id<IdSet::kMainOnly>(p, r, t, main_len, len);
-        }
+        // V3.2 seldom has an extra cache: a piece wholly on the main side (always so without one; uniform across the
+        // CTA) reads its ids without the per-column choice of index tensor.
+        if (main_len >= kv_hi) return sparse_id<IdSet::kMainOnly>(p, r, t, main_len, len);
         return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
       }
       return SparseId{-1, false};
     };
+    // DsV4 (the gather warp): lane l's index column of tile `tile` of the piece (row l of the tile; as sparse_id
+    // reads it, through `rows`): -1 (no row) past the piece's last column (kv_hi, at most len; so also past every
+    // tile of the piece).
+    auto warp_tile_id = [&](int32_t tile, const IdRows& rows) -> SparseId {
+      const int64_t t = int64_t(t_begin + tile) * kTile + fresh_tid() % 32;
+      if (t >= kv_hi) return SparseId{-1, false};
+      const bool extra = t >= rows.main_len;
+      return SparseId{extra ? p.extra_indices[rows.extra + (t - rows.main_len)] : p.indices[rows.main + t], extra};
+    };
     // Tile rows into raw stage `stage` and (DsMla) small slot `slot`; DsV4 keeps its scales and flags in the stage.
     auto gather = [&](int stage, int slot, SparseId id) {
-      const int ftid = fresh_tid();
-      const int g_row = ftid / 8;     // 4 w + l / 8
-      const int g_piece = ftid % 8;   // l % 8
-      const RowRef ref = sparse_row_ref_of<F::kKind == KvKind::kDsV4>(p, id);  // row null: zero-fill, read nothing
-      const bool valid = ref.row != nullptr;
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
-      if constexpr (!F::kSmallRing) {
-        if (g_piece == 0) row_valid[stage * kTile + g_row] = valid;
+      if constexpr (F::kGatherWarp >= 0) {
+        // DsV4, the gather warp: all 32 rows, lane l holding row l's id. Its scale block (8 bytes) and valid flag
+        // from lane l itself; the 36 16-byte chunks of the token blocks 4 lanes per row, so that each copy
+        // instruction takes 64 contiguous bytes of 8 rows: lane l copies chunks 4 j + l % 4 (j = 0..8; chunks 0-27
+        // are the e4m3 part, 28-35 the RoPE part, at byte 16 c of the block either way) of rows l / 4 + 8 k
+        // (k = 0..3), their addresses shuffled from their lanes. An id that names no row zero-fills (src-size 0 reads
+        // nothing; its address is the pool's).
+        static_assert(kFp8Stride == 7 * 64 && ds_v4::kRopeOffset == kFp8Stride && kDimR * 2 == 2 * 64);
+        const int lane = fresh_tid() % 32;
+        const RowRef ref = sparse_row_ref_of<true>(p, id);  // row null: no row
+        const bool valid = ref.row != nullptr;
+        row_valid[stage * kTile + lane] = valid;
+        cp_async_8(st + kScaleOff + lane * F::kScaleStride, valid ? ref.scales : p.pages,
+                   valid ? ds_v4::kScaleBytes : 0);
 #pragma unroll
-        for (int i = 0; i < F::kGatherSteps; ++i) {
-          const int pc16 = g_piece + 8 * i;
-          if (pc16 < 28) {
-            cp_async_16(st + kFp8Off + g_row * kFp8Stride + pc16 * 16, valid ? ref.row + pc16 * 16 : p.pages,
-                        valid ? 16 : 0);
-          } else if (pc16 < 36) {
-            cp_async_16(st + kRopeOff + g_row * kRopeStride + (pc16 - 28) * 16,
-                        valid ? ref.row + ds_v4::kRopeOffset + (pc16 - 28) * 16 : p.pages, valid ? 16 : 0);
-          } else if (pc16 == 36) {
-            cp_async_8(st + kScaleOff + g_row * F::kScaleStride, valid ? ref.scales : p.pages,
-                       valid ? ds_v4::kScaleBytes : 0);
-          }
+        for (int k = 0; k < 4; ++k) {
+          const int row = lane / 4 + 8 * k;
+          const auto row_addr = reinterpret_cast<const uint8_t*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(ref.row), row));
+          const bool row_ok = row_addr != nullptr;
+          const int n16 = row_ok ? 16 : 0;
+          const uint8_t* src = (row_ok ? row_addr : static_cast<const uint8_t*>(p.pages)) + 16 * (lane % 4);
+          const uint32_t d_fp8 = st + kFp8Off + row * kFp8Stride + 16 * (lane % 4);
+          const uint32_t d_rope = st + kRopeOff + row * kRopeStride + 16 * (lane % 4);
+#pragma unroll
+          for (int j = 0; j < 7; ++j) cp_async_16(d_fp8 + 64 * j, src + 64 * j, n16);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) cp_async_16(d_rope + 64 * j, src + ds_v4::kRopeOffset + 64 * j, n16);
         }
       } else {
+        // DsMla, every warp: lane l of warp w copies row 4 w + l / 8 of the tile, pieces l % 8 + 8 i: i = 0..3 the 32
+        // e4m3 16-byte chunks, i = 4 the 8 RoPE chunks, and lanes l % 8 < 4 one 4-byte fp32 scale each into the
+        // small slot's [group][token] layout.
+        const int ftid = fresh_tid();
+        const int g_row = ftid / 8;     // 4 w + l / 8
+        const int g_piece = ftid % 8;   // l % 8
+        const RowRef ref = sparse_row_ref_of<false>(p, id);  // row null: zero-fill, read nothing
+        const bool valid = ref.row != nullptr;
         if (g_piece == 0) row_valid[slot * kTile + g_row] = valid;
         // One source base for every piece: an invalid row copies nothing (src_bytes 0) from the pool's first bytes
         // (every offset below is < 656, inside the pool's first row), so no piece needs its own select.
@@ -359,12 +429,31 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     };
 
     // Prologue: tiles 0 and 1 in flight (one commit group per tile, empty past the piece), ids of tile 2 read.
-    gather(0, 0, tile_id(0));
-    cp_async_commit();
-    gather(1, 1, tile_id(1));
-    cp_async_commit();
-    SparseId id_ahead = tile_id(2);
-    cp_async_wait<1>();
+    SparseId id_ahead{-1, false};  // the ids of tile it + 2 (DsV4: the gather warp's, row `lane`)
+    if constexpr (F::kGatherWarp >= 0) {
+      // The gather warp alone. The index rows go to shared memory for the tile loop (id_rows; its last reader, the
+      // previous piece's loop, is past the epilogue's barriers), visible after the barrier below.
+      if (fresh_tid() / 32 == F::kGatherWarp) {
+        const int32_t ml = request_main_len(p.lens, r);  // columns from ml on name the extra cache
+        const IdRows rows{request_offset<true>(p, r, p.indices_stride_b, p.indices_stride_s),
+                          request_offset<true>(p, r, p.extra_indices_stride_b, p.extra_indices_stride_s), ml};
+        if (fresh_tid() % 32 == 0) *id_rows = rows;
+#pragma unroll 1
+        for (int tile = 0; tile < 2; ++tile) {
+          gather(tile, tile, warp_tile_id(tile, rows));
+          cp_async_commit();
+        }
+        id_ahead = warp_tile_id(2, rows);
+        cp_async_wait<1>();  // only the gather warp has cp.async groups (the other warps' waits are no-ops)
+      }
+    } else {
+      gather(0, 0, tile_id(0));
+      cp_async_commit();
+      gather(1, 1, tile_id(1));
+      cp_async_commit();
+      id_ahead = tile_id(2);
+      cp_async_wait<1>();
+    }
     __syncthreads();  // tile 0's stage visible to every warp
 
     float o[8][4];  // O[heads gid / gid + 8][64 g + 8 n + 2 tig + {0, 1}] (C layout, 8 column n-tiles)
@@ -378,22 +467,19 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     int stage = 0;  // raw stage of tile it: it % kRing
     int sslot = 0;  // DsMla: small slot of tile it, it % 3 (DsV4: unused, the stage holds everything)
     for (int it = 0; it < n_tiles; ++it) {
-      // Thread indices are read afresh in each phase (fresh_tid; they shadow the kernel's): offsets derived from them
-      // are then recomputed per phase rather than held through the whole tile loop.
+      // Thread indices are read afresh in each phase (fresh_tid): offsets derived from them are then recomputed per
+      // phase rather than held through the whole tile loop.
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
       // The scales (slice g's group) of this thread's C columns / P's A k indices: tokens 8 n + 2 tig + j.
       auto token_scales = [&](float (&sc)[4][2], int g, int tig) {
-        if constexpr (!F::kSmallRing) {
+        if constexpr (F::kScaleTable) {
+          // Decoded in (a) into the warp's row of sc_tab (1 for the RoPE warp): one conflict-free LDS.64 per n-tile.
 #pragma unroll
-          for (int n = 0; n < 4; ++n)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              sc[n][j] = 1.0f;  // the RoPE slice has no scale
-              if (g < kFp8Slices) {
-                sc[n][j] = ue8m0_to_float(
-                    smem[kStagesOff + stage * kStageBytes + kScaleOff + (8 * n + 2 * tig + j) * F::kScaleStride + g]);
-              }
-            }
+          for (int n = 0; n < 4; ++n) {
+            const float2 v = *reinterpret_cast<const float2*>(sc_tab + g * kTile + 8 * n + 2 * tig);
+            sc[n][0] = v.x;
+            sc[n][1] = v.y;
+          }
         } else {
           // fp32 group g / 2 of tokens 8 n + 2 tig, + 1: one LDS.64 of the [group][token] slot per n-tile.
           const uint32_t s_base = smem_base + L::kSmallOff + sslot * F::kSmallSlotBytes + (g / 2) * kTile * 4 + 8 * tig;
@@ -413,7 +499,17 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         float acc[4][4];
 #pragma unroll
         for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        __syncwarp();  // the previous tile's ldmatrix reads of the private V slice are done before it is rewritten
+        // The previous tile's reads of the private V slice (ldmatrix) and of the sc_tab row (DsV4) are done before
+        // they are rewritten; and V4's gather warp's reads of the raw RoPE area of stage (it - 1) % 3 (its own V).
+        __syncwarp();
+        if constexpr (F::kScaleTable) {
+          // This tile's token scales of group g, decoded once: token `lane` into sc_tab[g][lane] (read in (b) and
+          // (e)); 1 for the RoPE warp.
+          sc_tab[g * kTile + lane] =
+              g < kFp8Slices ? ue8m0_to_float(smem[kStagesOff + stage * kStageBytes + kScaleOff +
+                                                   lane * F::kScaleStride + g])
+                             : 1.0f;
+        }
         if (F::kRopeSplit || g < kFp8Slices) {
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
@@ -426,7 +522,19 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
 #pragma unroll
             for (int s = 0; s < 4; ++s) mma_16816<true>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
           }
-        } else {  // V4's RoPE warp: bf16 already, two 16-byte LDS per token
+        } else {  // V4's RoPE warp (= F::kGatherWarp): bf16 already, two 16-byte LDS per token
+          if constexpr (F::kGatherWarp >= 0) {
+            // Gather tile it + 2 into stage (it + 2) % 3 = (it - 1) % 3, with the ids read during tile it - 1 (or
+            // the prologue), and read the ids of tile it + 3. That stage's last readers were tile it - 1's: the other
+            // warps' (a) (K, scale bytes) before barrier A and (c) (row_valid) before barrier B of tile it - 1,
+            // which this warp has passed, and this warp's own RoPE V ldmatrix in (e), whose results its mma used.
+            // So the rows of tile it + 2 are requested here, while the other warps convert, not after barrier A.
+            int next = stage + 2;
+            if (next >= kRing) next -= kRing;
+            gather(next, next, id_ahead);  // id -1 past the piece: zero-fill only
+            id_ahead = warp_tile_id(it + 3, *id_rows);
+            cp_async_commit();
+          }
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
             const int tok = 8 * n + gid;
@@ -439,6 +547,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         }
 
         // ---- (b) token scales of this thread's C columns (tokens 8 n + 2 tig + j), applied to the partial S ----
+        if constexpr (F::kScaleTable) __syncwarp();  // sc_tab[g] complete
         float sc[4][2];
         token_scales(sc, g, tig);
         float* my = spart + g * kRows * kSPartStride;
@@ -474,18 +583,15 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       }
       __syncthreads();  // barrier A: partials complete; every warp is past tile it - 1's P V and tile it's (a)
 
-      // ---- gather tile it + 2 (ids read during tile it - 1 or the prologue), read the ids of tile it + 3 ----
-      if constexpr (!F::kSmallRing) {
-        int next = stage + 2;  // (it + 2) % 3: tile it - 1's stage, free since barrier A
-        if (next >= kRing) next -= kRing;
-        gather(next, next, id_ahead);  // id -1 past the piece: zero-fill only
-      } else {
+      if constexpr (F::kGatherWarp < 0) {
+        // ---- every warp: gather tile it + 2 (ids read during tile it - 1 or the prologue), read the ids of tile
+        // it + 3 ----
         int next_slot = sslot + 2;  // (it + 2) % 3: tile it - 1's scales and flags, read in its (c) and (e)
         if (next_slot >= 3) next_slot -= 3;
         gather(stage, next_slot, id_ahead);  // (it + 2) % 2 = it % 2: tile it's raw bytes, all read in (a)
+        id_ahead = tile_id(it + 3);
+        cp_async_commit();
       }
-      id_ahead = tile_id(it + 3);
-      cp_async_commit();
 
       // ---- (c) row 2 g + lane / 16, columns 2 (lane % 16) + {0, 1}: S summed over the 8 slices, masked ----
       {
@@ -519,7 +625,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         *reinterpret_cast<float2*>(psm + srow * kPStride + scol) = make_float2(s0, s1);
         if (lane % 16 == 0) alpha_sm[srow] = alpha;
       }
-      cp_async_wait<1>();  // tile it + 1's rows (all but the group just committed)
+      cp_async_wait<1>();  // tile it + 1's rows (all but tile it + 2's group; DsV4: a no-op but in the gather warp)
       __syncthreads();     // barrier B: P and alpha complete; tile it + 1's stage visible
 
       // ---- (e) O = alpha O + (P s) V over slice g ----
@@ -540,9 +646,9 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         }
         // P's A fragment of k-step kk (tokens 16 kk .. 16 kk + 15): a0/a1 = heads gid/gid + 8, tokens 16 kk + 2 tig
         // + {0, 1} (= C columns of n-tile 2 kk), a2/a3 the same heads, tokens 16 kk + 8 + 2 tig + {0, 1} (n-tile
-        // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from the
-        // stage (DsV4: intact until the gather of tile it + 3, after barrier A of tile it + 1) or the small slot
-        // (DsMla: likewise) rather than kept in 8 registers through (c).
+        // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from
+        // sc_tab (DsV4: rewritten only in (a) of the next tile) or the small slot (DsMla: intact until the gather of
+        // tile it + 3, after barrier A of tile it + 1) rather than kept in 8 registers through (c).
         float sc[4][2];
         token_scales(sc, g, tig);
         uint32_t pa[2][4];
@@ -577,9 +683,12 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       stage = stage + 1 == kRing ? 0 : stage + 1;
       if constexpr (F::kSmallRing) sslot = sslot + 1 == 3 ? 0 : sslot + 1;
     }
-    cp_async_wait_all();  // only empty groups can be left; the next piece's prologue reuses the stages
+    cp_async_wait_all();  // only zero-fill groups (tiles past the piece) can be left; the next piece's prologue
+                          // reuses the stages
 
     // ---- epilogue: row statistics to every warp, then out (or a partial) and lse, as kernel.cuh writes them ----
+    const int ft = fresh_tid();
+    const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
 #pragma unroll
     for (int x = 1; x < 16; x *= 2) l_run += __shfl_xor_sync(0xffffffffu, l_run, x);
     const int srow = 2 * g + lane / 16;  // the row whose statistics this lane holds
