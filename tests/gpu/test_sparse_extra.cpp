@@ -418,7 +418,7 @@ TEST(SparseExtraEdges, FewHeadsOnThePortablePath) {
 // id invalid, both lengths zero; fp32 scales that are not powers of two, where the kernel's rounding (P x s to bf16)
 // differs from the portable kernel's (e4m3 x s to bf16). fp16 q takes the portable kernel: checked here with the
 // writer's (power-of-two) scales only, since with other scales its rounding of e4m3 x s to fp16 before the mma moved
-// lse and max_logits by up to 4.8e-4 on the H100 (2026-11-27), past the LSE tolerance (docs/spec.md, section 2).
+// lse and max_logits by up to 4.8e-4 on the H100 (2026-11-27), past the LSE tolerance (docs/spec.md, section 10).
 TEST(SparseFewRows, DsMlaSplitUnsplitSinksMaxLogits) {
   std::string why;
   const Backend* be = cuda_backend(&why, "cuda");
