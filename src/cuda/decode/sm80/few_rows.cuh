@@ -82,7 +82,8 @@
 // no other warp reads a raw stage in (e) (the scales come from sc_tab). Up to 995a95f every V4 warp gathered 4 rows
 // of tile it + 2 after barrier A and resolved its own ids: ~180 of the ~690 instructions per warp per tile, on all
 // 8 warps between the barriers (ncu profile of 9651a61); one warp now does them once, in time it had spare.
-// DsMla: nothing reads the raw e4m3 / RoPE bytes after (a), so 2 raw stages suffice (tile it + 2 takes tile it's
+// DsMla: nothing reads the raw e4m3 / RoPE bytes after (a) and (b) (the RoPE step runs in (b), before barrier A), so
+// 2 raw stages suffice (tile it + 2 takes tile it's
 // stage right after barrier A of tile it); the fp32 scales (read again in (e)) and the valid flags (read in (c)) live
 // in a separate ring of 3 small slots. DsMla has no gather warp: every warp converts an e4m3 slice in (a), so none is
 // idle before barrier A, and a gather there would need a third raw stage (+23,040 B: 130,848 B, past the 115,456 B
@@ -588,7 +589,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // it + 3 ----
         int next_slot = sslot + 2;  // (it + 2) % 3: tile it - 1's scales and flags, read in its (c) and (e)
         if (next_slot >= 3) next_slot -= 3;
-        gather(stage, next_slot, id_ahead);  // (it + 2) % 2 = it % 2: tile it's raw bytes, all read in (a)
+        gather(stage, next_slot, id_ahead);  // (it + 2) % 2 = it % 2: tile it's raw bytes, read before barrier A
         id_ahead = tile_id(it + 3);
         cp_async_commit();
       }
@@ -772,10 +773,13 @@ Status launch_few_rows_kernel(void (*kernel)(DecodeParams), const DecodeParams& 
   return {};
 }
 
-/// CTAs of an instantiation file's kernel that fit on one SM (from the CUDA occupancy calculator).
+/// CTAs of an instantiation file's kernel that fit on one SM (from the CUDA occupancy calculator); 0 without asking
+/// when it needs more shared memory per block than the device allows (max_smem_per_block: its opt-in limit).
 template <class F>
-Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int* ctas_per_sm) {
+Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int max_smem_per_block, int* ctas_per_sm) {
   constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
+  *ctas_per_sm = 0;
+  if (kSmem > max_smem_per_block) return {};  // e.g. sm_86 / sm_89: 99 KB per block
   MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, few_rows::kThreads, kSmem));
   return {};

@@ -13,13 +13,14 @@ namespace mlakit::cuda::decode {
 /// Launches decode_few_rows_dsv4 on a grid of (1, p.partitions) CTAs of 256 threads (p.rows <= 16, sparse plan).
 Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl);
 
-/// CTAs of decode_few_rows_dsv4 that fit on one SM (from the CUDA occupancy calculator).
-Status few_rows_dsv4_occupancy(int* ctas_per_sm);
+/// CTAs of decode_few_rows_dsv4 that fit on one SM (from the CUDA occupancy calculator); 0 when it needs more shared
+/// memory per block than max_smem_per_block (the device's opt-in limit: 99 KB on sm_86 and sm_89).
+Status few_rows_dsv4_occupancy(int max_smem_per_block, int* ctas_per_sm);
 
 /// Launches decode_few_rows_dsmla (V3 geometry, fp8_ds_mla) on a grid of (1, p.partitions) CTAs of 256 threads.
 Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pdl);
 
-/// CTAs of decode_few_rows_dsmla that fit on one SM (from the CUDA occupancy calculator).
-Status few_rows_dsmla_occupancy(int* ctas_per_sm);
+/// CTAs of decode_few_rows_dsmla that fit on one SM, as few_rows_dsv4_occupancy.
+Status few_rows_dsmla_occupancy(int max_smem_per_block, int* ctas_per_sm);
 
 }  // namespace mlakit::cuda::decode

@@ -28,8 +28,8 @@ int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups ==
 /// Whether a call goes to a few-row kernel: sparse decode, q bf16, at most 16 rows (heads) per query token, and
 /// either DeepSeek V4's geometry with an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), where converting K in
 /// registers straight into mma fragments beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k
-/// 128 + 512: 0.0662 against 0.0883 ms; V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan, workspace and combine are the portable
-/// kernel's (tile shift 5).
+/// 128 + 512: 0.0602 against 0.0883 ms; V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan,
+/// workspace and combine are the portable kernel's (tile shift 5).
 bool use_few_rows(int64_t rows, const Sm80Variant& v) {
   if (!v.sparse || !v.bf16 || rows > kRowsPerGroup) return false;
   return v.v4 ? v.kind == KvKind::kDsV4 : v.kind == KvKind::kDsMla;
@@ -73,10 +73,16 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(&facts));
   Sm80Shape s;
-  if (use_few_rows(rows, v)) {  // one CTA per partition, all rows in it
-    int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];
-    if (few < 1) MLAKIT_TRY(few_rows_index(v) == 0 ? few_rows_dsv4_occupancy(&few) : few_rows_dsmla_occupancy(&few));
-    if (few < 1) return Status::internal("decode: the few-row kernel does not fit on an SM of this device");
+  int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];  // 0: not asked yet; -1: does not fit this device
+  if (use_few_rows(rows, v) && few == 0) {
+    const int limit = facts->info.max_smem_per_block_optin;
+    int n = 0;
+    MLAKIT_TRY(few_rows_index(v) == 0 ? few_rows_dsv4_occupancy(limit, &n) : few_rows_dsmla_occupancy(limit, &n));
+    few = n > 0 ? n : -1;
+  }
+  // One CTA per partition, all rows in it. A device whose blocks cannot hold the few-row kernel's shared memory (sm_86
+  // and sm_89 allow 99 KB) takes the portable kernel below, which fits there.
+  if (use_few_rows(rows, v) && few > 0) {
     s.row_groups = 1;
     s.row_blocks = 1;
     s.partitions = int64_t(facts->info.num_sms) * few;

@@ -14,8 +14,8 @@ Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pd
   return launch_few_rows_kernel<few_rows::DsMla>(decode_few_rows_dsmla, p, stream, pdl);
 }
 
-Status few_rows_dsmla_occupancy(int* ctas_per_sm) {
-  return few_rows_kernel_occupancy<few_rows::DsMla>(decode_few_rows_dsmla, ctas_per_sm);
+Status few_rows_dsmla_occupancy(int max_smem_per_block, int* ctas_per_sm) {
+  return few_rows_kernel_occupancy<few_rows::DsMla>(decode_few_rows_dsmla, max_smem_per_block, ctas_per_sm);
 }
 
 }  // namespace mlakit::cuda::decode

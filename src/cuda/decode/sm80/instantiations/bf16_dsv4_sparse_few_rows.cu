@@ -12,8 +12,8 @@ Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl
   return launch_few_rows_kernel<few_rows::DsV4>(decode_few_rows_dsv4, p, stream, pdl);
 }
 
-Status few_rows_dsv4_occupancy(int* ctas_per_sm) {
-  return few_rows_kernel_occupancy<few_rows::DsV4>(decode_few_rows_dsv4, ctas_per_sm);
+Status few_rows_dsv4_occupancy(int max_smem_per_block, int* ctas_per_sm) {
+  return few_rows_kernel_occupancy<few_rows::DsV4>(decode_few_rows_dsv4, max_smem_per_block, ctas_per_sm);
 }
 
 }  // namespace mlakit::cuda::decode
