@@ -395,6 +395,41 @@ TEST_P(DecodeEdges, ManyRequestsPerCta) {
   }
 }
 
+// The few-row kernel in dense decode (sm80/few_rows.cuh, decode_few_rows_dsmla_dense: fp8_ds_mla, q bf16, one query
+// token, <= 16 heads), against the reference: 1, 3, 9 and 16 heads; page sizes 1 (a page per row), 16, 64 and 128 and a
+// padded page stride; three long requests split over every SM's CTAs (pieces of one to many tiles; 4000 keys: the two
+// raw stages and three scale slots wrap many times), 400 ragged ones with empty slots (the CTA plan: several pieces
+// per CTA, so the rings restart per piece) and 4500 (the plan kernel). Unused pool pages, the padding between pages and
+// the outputs are NaN-poisoned (DecodeCase, run_and_check). gpu_test_context_parallel runs it on context shards.
+TEST(DecodeFewRows, DsMlaOneTokenMatchesReference) {
+  const Backend& be = backend_named("cuda");
+  SKIP_UNLESS_AVAILABLE(be);
+  uint64_t seed = 9100;
+  for (const int64_t h_q : {int64_t(1), int64_t(3), int64_t(9), int64_t(16)}) {
+    for (const int64_t page_size : {int64_t(1), int64_t(16), int64_t(64), int64_t(128)}) {
+      std::mt19937_64 rng(++seed);
+      struct Shape {
+        int batch, max_len;
+      };
+      for (const Shape sh : {Shape{3, 4000}, Shape{400, 700}, Shape{4500, 60}}) {
+        if (sh.batch == 4500 && page_size != 64) continue;  // the plan kernel's path: one page size is enough
+        DecodeCaseConfig cfg;
+        cfg.seq_lens = random_lengths(rng, sh.batch, sh.max_len);
+        cfg.h_q = h_q;
+        cfg.s_q = 1;
+        cfg.page_size = page_size;
+        cfg.page_padding_bytes = page_size == 16 ? 48 : 0;
+        cfg.format = KvFormat::kFP8DsMla;
+        cfg.q_dtype = DType::kBF16;
+        cfg.seed = ++seed;
+        DecodeCase c = DecodeCase::generate(cfg);
+        run_and_check(c, /*scale_on_device=*/false, be);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST_P(DecodeEdges, AllEmpty) {
   const Backend& be = backend_named(GetParam());
   SKIP_UNLESS_AVAILABLE(be);

@@ -15,7 +15,8 @@ namespace {
 constexpr const char* kPath = "cuda decode";
 
 decode::Sm80Variant variant_of(const DecodeProblem& p) {
-  return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/false, /*v4=*/false};
+  return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/false, /*v4=*/false,
+          /*one_token=*/p.q.shape[1] == 1 && !p.kv.split()};
 }
 
 Status shape_for(const DecodeProblem& p, decode::Sm80Shape* s) {

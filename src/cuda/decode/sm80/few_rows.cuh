@@ -276,9 +276,10 @@ __device__ __forceinline__ float2 lds64f(uint32_t addr) {
 /// The few-row kernel body for format F (few_rows::DsV4 or few_rows::DsMla); launch: grid (1, p.partitions), 256
 /// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for sparse decode with p.rows = h_q <= 16
 /// and F's cache (host_sm80.cpp, use_few_rows). Each instantiation file wraps it in its own __global__.
-template <class F>
+template <class F, bool kSparse>
 __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   using namespace few_rows;
+  static_assert(kSparse || F::kKind == KvKind::kDsMla, "dense decode: fp8_ds_mla only (V4's geometry is sparse only)");
   using L = Layout<F>;
   constexpr int kStagesOff = L::kStagesOff;
   constexpr int kFp8Off = F::kFp8Off, kRopeOff = F::kRopeOff, kScaleOff = F::kScaleOff;
@@ -303,7 +304,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   pdl_wait();  // q, the cache, the ids, the lengths and the plan may come from the previous kernels
 
   const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 and fp8_ds_mla have no per-cache scale
-  const PartitionBounds* bounds = partition_bounds<true, kThreads>(p, part, kTileShift, blockIdx.x == 0);
+  const PartitionBounds* bounds = partition_bounds<kSparse, kThreads>(p, part, kTileShift, blockIdx.x == 0);
 
   auto run_piece = [&](const Piece& pc) {
     const int32_t r = pc.req;
@@ -311,11 +312,16 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     // Columns from main_len on name the extra cache. Read here for the per-warp gather (DsMla); the gather warp
     // (DsV4) reads it in the prologue, into IdRows.
     int32_t main_len = 0;
-    if constexpr (F::kGatherWarp < 0) main_len = request_main_len(p.lens, r);
+    if constexpr (F::kGatherWarp < 0 && kSparse) main_len = request_main_len(p.lens, r);
     const int32_t t_begin = pc.t_begin;
     const int32_t n_tiles = pc.n_tiles;
-    // The piece's last column + 1: at most len, so an int32 (one register fewer through the tile loop).
-    const int32_t kv_hi = int32_t(min(int64_t(t_begin + n_tiles) * kTile, int64_t(len)));
+    // The piece's last column + 1: at most len, so an int32 (one register fewer through the tile loop). Dense decode
+    // (one query token) also stops at the causal limit, which only a context shard's plan sets below len.
+    int64_t hi = min(int64_t(t_begin + n_tiles) * kTile, int64_t(len));
+    if constexpr (!kSparse) {
+      if (p.causal) hi = min(hi, max(causal_limit(p, r, 0, len), int64_t(0)));
+    }
+    const int32_t kv_hi = int32_t(hi);
 
     // ---- Q: this thread's A-fragment words for its slice, heads gid and gid + 8 (zero past h_q) ----
     uint32_t qa[4][4];  // [k-step s][a0..a3]
@@ -326,7 +332,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       const int ft = fresh_tid();
       const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
       const __nv_bfloat16* q_tok =
-          static_cast<const __nv_bfloat16*>(p.q) + request_offset<true>(p, r, p.q_stride_b, p.q_stride_s);
+          static_cast<const __nv_bfloat16*>(p.q) + request_offset<kSparse>(p, r, p.q_stride_b, p.q_stride_s);
       const __nv_bfloat16* q_req = q_tok + kSlice * g + 16 * tig;
       const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid) * p.q_stride_h);
       const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(q_req + int64_t(gid + 8) * p.q_stride_h);
@@ -349,17 +355,22 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
 
     // ---- gather: ids one tile before their rows (so no id load is consumed in the tile that issues it) ----
     // DsMla (every warp): this lane's index column of tile `tile` of the piece, row 4 w + l / 8 of the tile; -1 (no
-    // row) past the piece's last column (kv_hi).
+    // row) past the piece's last column (kv_hi). Dense decode: the block-table entry of the row's page instead (the
+    // gather adds the row's slot in it).
     auto tile_id = [&](int32_t tile) -> SparseId {
       const int g_row = fresh_tid() / 8;  // 4 w + l / 8
       const int64_t t = int64_t(t_begin + tile) * kTile + g_row;
-      if (tile < n_tiles && t < kv_hi) {
-        // V3.2 seldom has an extra cache: a piece wholly on the main side (always so without one; uniform across the
-        // CTA) reads its ids without the per-column choice of index tensor.
-        if (main_len >= kv_hi) return sparse_id<IdSet::kMainOnly>(p, r, t, main_len, len);
-        return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+      if constexpr (!kSparse) {
+        return SparseId{tile < n_tiles && t < kv_hi ? request_pages(p, r)[t >> p.page_shift] : -1, false};
+      } else {
+        if (tile < n_tiles && t < kv_hi) {
+          // V3.2 seldom has an extra cache: a piece wholly on the main side (always so without one; uniform across
+          // the CTA) reads its ids without the per-column choice of index tensor.
+          if (main_len >= kv_hi) return sparse_id<IdSet::kMainOnly>(p, r, t, main_len, len);
+          return sparse_id<IdSet::kMixed>(p, r, t, main_len, len);
+        }
+        return SparseId{-1, false};
       }
-      return SparseId{-1, false};
     };
     // DsV4 (the gather warp): lane l's index column of tile `tile` of the piece (row l of the tile; as sparse_id
     // reads it, through `rows`): -1 (no row) past the piece's last column (kv_hi, at most len; so also past every
@@ -370,8 +381,9 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       const bool extra = t >= rows.main_len;
       return SparseId{extra ? p.extra_indices[rows.extra + (t - rows.main_len)] : p.indices[rows.main + t], extra};
     };
-    // Tile rows into raw stage `stage` and (DsMla) small slot `slot`; DsV4 keeps its scales and flags in the stage.
-    auto gather = [&](int stage, int slot, SparseId id) {
+    // Tile `tile` (of the piece; dense decode needs it for the rows' slots in their pages) into raw stage `stage` and
+    // (DsMla) small slot `slot`; DsV4 keeps its scales and flags in the stage.
+    auto gather = [&](int stage, int slot, SparseId id, int32_t tile) {
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
       if constexpr (F::kGatherWarp >= 0) {
         // DsV4, the gather warp: all 32 rows, lane l holding row l's id. Its scale block (8 bytes) and valid flag
@@ -409,7 +421,14 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         const int ftid = fresh_tid();
         const int g_row = ftid / 8;     // 4 w + l / 8
         const int g_piece = ftid % 8;   // l % 8
-        const RowRef ref = sparse_row_ref_of<false>(p, id);  // row null: zero-fill, read nothing
+        RowRef ref{nullptr, nullptr};  // row null: zero-fill, read nothing
+        if constexpr (kSparse) {
+          ref = sparse_row_ref_of<false>(p, id);
+        } else if (id.id >= 0) {  // dense: id is the page of token t (tile_id), t's slot in it its low page_shift bits
+          const int64_t t = int64_t(t_begin + tile) * kTile + g_row;
+          ref.row = p.pages + int64_t(id.id) * p.page_stride_bytes +
+                    (t & ((int64_t(1) << p.page_shift) - 1)) * p.row_stride_bytes;
+        }
         const bool valid = ref.row != nullptr;
         if (g_piece == 0) row_valid[slot * kTile + g_row] = valid;
         // One source base for every piece: an invalid row copies nothing (src_bytes 0) from the pool's first bytes
@@ -441,16 +460,16 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         if (fresh_tid() % 32 == 0) *id_rows = rows;
 #pragma unroll 1
         for (int tile = 0; tile < 2; ++tile) {
-          gather(tile, tile, warp_tile_id(tile, rows));
+          gather(tile, tile, warp_tile_id(tile, rows), tile);
           cp_async_commit();
         }
         id_ahead = warp_tile_id(2, rows);
         cp_async_wait<1>();  // only the gather warp has cp.async groups (the other warps' waits are no-ops)
       }
     } else {
-      gather(0, 0, tile_id(0));
+      gather(0, 0, tile_id(0), 0);
       cp_async_commit();
-      gather(1, 1, tile_id(1));
+      gather(1, 1, tile_id(1), 1);
       cp_async_commit();
       id_ahead = tile_id(2);
       cp_async_wait<1>();
@@ -532,7 +551,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
             // So the rows of tile it + 2 are requested here, while the other warps convert, not after barrier A.
             int next = stage + 2;
             if (next >= kRing) next -= kRing;
-            gather(next, next, id_ahead);  // id -1 past the piece: zero-fill only
+            gather(next, next, id_ahead, it + 2);  // id -1 past the piece: zero-fill only
             id_ahead = warp_tile_id(it + 3, *id_rows);
             cp_async_commit();
           }
@@ -589,7 +608,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // it + 3 ----
         int next_slot = sslot + 2;  // (it + 2) % 3: tile it - 1's scales and flags, read in its (c) and (e)
         if (next_slot >= 3) next_slot -= 3;
-        gather(stage, next_slot, id_ahead);  // (it + 2) % 2 = it % 2: tile it's raw bytes, read before barrier A
+        gather(stage, next_slot, id_ahead, it + 2);  // (it + 2) % 2 = it % 2: tile it's raw bytes, read before barrier A
         id_ahead = tile_id(it + 3);
         cp_async_commit();
       }
@@ -704,7 +723,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     const int64_t slot = partition_slot(part, r == bounds->start.req);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const int m = gid + 8 * k;  // the head (sparse plan requests are single query tokens: row m = head m)
+      const int m = gid + 8 * k;  // the head (plan requests are single query tokens here: row m = head m)
       if (m >= p.rows) continue;
       const float m_row = stat_m[m];
       const float l_tot = stat_l[m];
@@ -717,7 +736,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // m_row is the row's largest visible logit times log2(e) (tau folded in): -inf for none.
         const float max_logit = m_row == -INFINITY ? -INFINITY : m_row * kLn2;
         if (direct) {
-          p.max_logits[request_offset<true>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +
+          p.max_logits[request_offset<kSparse>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +
                        int64_t(h) * p.max_logits_stride_h] = max_logit;
         } else {
           p.part_max[slot * p.rows + m] = max_logit;  // the combine takes the largest over the splits
@@ -725,14 +744,14 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       }
       if (direct) {
         uint8_t* orow = static_cast<uint8_t*>(p.out) +
-                        (request_offset<true>(p, r, p.out_stride_b, p.out_stride_s) + int64_t(h) * p.out_stride_h) * 2;
+                        (request_offset<kSparse>(p, r, p.out_stride_b, p.out_stride_s) + int64_t(h) * p.out_stride_h) * 2;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           const int col = kSlice * g + 8 * n + 2 * tig;
           *reinterpret_cast<uint32_t*>(orow + col * 2) = pack_float2<true>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
         }
         if (p.lse != nullptr && g == 0 && tig == 0)
-          p.lse[request_offset<true>(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(h) * p.lse_stride_h] = lse;
+          p.lse[request_offset<kSparse>(p, r, p.lse_stride_b, p.lse_stride_s) + int64_t(h) * p.lse_stride_h] = lse;
       } else {
         float* orow = p.part_out + (slot * p.rows + m) * kDimV;
 #pragma unroll
@@ -751,7 +770,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   for (int32_t r = bounds->start.req;; ++r) {
     const PartitionStart pstart = bounds->start, pend = bounds->end;
     if (!(r < p.batch && (r < pend.req || (r == pend.req && pend.tile > 0)))) break;
-    const int32_t len = request_len<true>(p.lens, r);
+    const int32_t len = request_len<kSparse>(p.lens, r);
     const int32_t tiles = request_tiles(len, kTileShift);
     const int32_t t_begin = r == pstart.req ? pstart.tile : 0;
     const int32_t t_end = r == pend.req ? pend.tile : tiles;

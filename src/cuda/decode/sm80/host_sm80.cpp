@@ -24,19 +24,38 @@ int row_groups_for(int64_t rows) {
 
 int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups == 2 ? 1 : 2; }
 
-// ---- the few-row sparse kernels (few_rows.cuh; issues 13 and 9, docs/experiments/smxx-sparse-few-rows-study.md) ----
-/// Whether a call goes to a few-row kernel: sparse decode, q bf16, at most 16 rows (heads) per query token, and
-/// either DeepSeek V4's geometry with an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), where converting K in
-/// registers straight into mma fragments beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k
-/// 128 + 512: 0.0602 against 0.0883 ms; V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan,
-/// workspace and combine are the portable kernel's (tile shift 5).
+// ---- the few-row kernels (few_rows.cuh; issues 13, 9 and 8, docs/experiments/smxx-sparse-few-rows-study.md) ----
+/// Whether a call goes to a few-row kernel: q bf16, at most 16 rows (heads) per query token, and either sparse decode
+/// with DeepSeek V4's geometry and an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), or dense decode with
+/// one query token per request and an fp8_ds_mla cache, where converting K in registers straight into mma fragments
+/// beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k 128 + 512: 0.0602 against 0.0883 ms;
+/// V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan, workspace and combine are the portable
+/// kernel's (tile shift 5).
 bool use_few_rows(int64_t rows, const Sm80Variant& v) {
-  if (!v.sparse || !v.bf16 || rows > kRowsPerGroup) return false;
+  if (!v.bf16 || rows > kRowsPerGroup) return false;
+  if (!v.sparse) return v.one_token && v.kind == KvKind::kDsMla;
   return v.v4 ? v.kind == KvKind::kDsV4 : v.kind == KvKind::kDsMla;
 }
 
-/// The few-row kernel of a variant use_few_rows takes: 0 for fp8_ds_v4, 1 for fp8_ds_mla (DeviceFacts' index too).
-int few_rows_index(const Sm80Variant& v) { return v.kind == KvKind::kDsV4 ? 0 : 1; }
+/// The few-row kernel of a variant use_few_rows takes (DeviceFacts' index too): 0 for sparse fp8_ds_v4, 1 for sparse
+/// fp8_ds_mla, 2 for dense fp8_ds_mla.
+int few_rows_index(const Sm80Variant& v) { return !v.sparse ? 2 : v.kind == KvKind::kDsV4 ? 0 : 1; }
+
+Status few_rows_occupancy(const Sm80Variant& v, int max_smem_per_block, int* ctas_per_sm) {
+  switch (few_rows_index(v)) {
+    case 0: return few_rows_dsv4_occupancy(max_smem_per_block, ctas_per_sm);
+    case 1: return few_rows_dsmla_occupancy(max_smem_per_block, ctas_per_sm);
+    default: return few_rows_dsmla_dense_occupancy(max_smem_per_block, ctas_per_sm);
+  }
+}
+
+Status launch_few_rows(const DecodeParams& d, const Sm80Variant& v, cudaStream_t stream, bool pdl) {
+  switch (few_rows_index(v)) {
+    case 0: return launch_few_rows_dsv4(d, stream, pdl);
+    case 1: return launch_few_rows_dsmla(d, stream, pdl);
+    default: return launch_few_rows_dsmla_dense(d, stream, pdl);
+  }
+}
 
 /// The one place where a variant becomes template values: calls f.template operator()<kBf16, kKind, kSparse, kDqk>().
 /// V4's geometry has instantiations for sparse decode with q in bf16 only (check_geometry refuses the rest).
@@ -77,7 +96,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   if (use_few_rows(rows, v) && few == 0) {
     const int limit = facts->info.max_smem_per_block_optin;
     int n = 0;
-    MLAKIT_TRY(few_rows_index(v) == 0 ? few_rows_dsv4_occupancy(limit, &n) : few_rows_dsmla_occupancy(limit, &n));
+    MLAKIT_TRY(few_rows_occupancy(v, limit, &n));
     few = n > 0 ? n : -1;
   }
   // One CTA per partition, all rows in it. A device whose blocks cannot hold the few-row kernel's shared memory (sm_86
@@ -110,8 +129,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
 
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
   if (shape.few_rows) {
-    MLAKIT_TRY(v.kind == KvKind::kDsV4 ? launch_few_rows_dsv4(d, stream, shape.pdl)
-                                       : launch_few_rows_dsmla(d, stream, shape.pdl));
+    MLAKIT_TRY(launch_few_rows(d, v, stream, shape.pdl));
     return launch_combine(d, v.bf16, stream, shape.pdl);
   }
   MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {

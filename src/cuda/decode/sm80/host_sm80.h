@@ -20,6 +20,9 @@ struct Sm80Variant {
   KvKind kind = KvKind::k16Bit;
   bool sparse = false;
   bool v4 = false;
+  // Dense decode whose requests have one query token and one cache tensor (no split k_pe): a request's rows are then
+  // the heads of one token, as in sparse decode, which the few-row kernel needs (host_sm80.cpp, use_few_rows).
+  bool one_token = false;
 };
 
 struct Sm80Shape {

@@ -7,7 +7,7 @@ namespace mlakit::cuda::decode {
 
 __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks)
     decode_few_rows_dsmla(const DecodeParams p) {
-  decode_few_rows_body<few_rows::DsMla>(p);
+  decode_few_rows_body<few_rows::DsMla, /*kSparse=*/true>(p);
 }
 
 Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pdl) {

@@ -5,7 +5,7 @@
 namespace mlakit::cuda::decode {
 
 __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks) decode_few_rows_dsv4(const DecodeParams p) {
-  decode_few_rows_body<few_rows::DsV4>(p);
+  decode_few_rows_body<few_rows::DsV4, /*kSparse=*/true>(p);
 }
 
 Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl) {
