@@ -25,7 +25,7 @@ mkdir -p "$W/v0"
 if [ -n "${TRY_BASE_SRC:-}" ]; then
   cp -a "$TRY_BASE_SRC/." "$W/v0/"
 else
-  git -C "$ROOT" archive HEAD src include tools cmake CMakeLists.txt python tests | tar x -C "$W/v0" ||
+  git -C "$ROOT" archive HEAD src include tools cmake CMakeLists.txt python tests docs | tar x -C "$W/v0" ||
     { say "git archive HEAD failed (set TRY_BASE_SRC)"; exit 1; }
 fi
 names=(base)

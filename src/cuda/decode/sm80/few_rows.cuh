@@ -1,7 +1,8 @@
 #pragma once
-// The few-row sparse decode kernels (issues 13 and 9; design: docs/experiments/smxx-sparse-few-rows-study.md, sections
-// 5 and 8): q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync, cp.async), for two
-// formats, one body templated on a format description (few_rows::DsV4, few_rows::DsMla):
+// The few-row decode kernels (issues 13, 9 and 8; design: docs/experiments/smxx-sparse-few-rows-study.md, sections 5
+// and 8): q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync, cp.async), for two
+// formats, one body templated on a format description (few_rows::DsV4, few_rows::DsMla) and on sparse or dense decode
+// (dense: DsMla only, one query token per request, rows found through the block table instead of ids):
 //   DsV4:  DeepSeek V4's geometry (d_qk 512 = 448 e4m3 with UE8M0 group scales of 64 columns + 64 bf16 RoPE, V = the
 //          whole row), fp8_ds_v4 cache;
 //   DsMla: DeepSeek V3's (V3.2's) geometry (d_qk 576 = 512 e4m3 with fp32 group scales of 128 columns + 64 bf16 RoPE,
@@ -10,9 +11,9 @@
 // outputs as the portable kernel (kernel.cuh): out + lse + max_logits for a whole request, part_out / part_lse /
 // part_max in the partition's slot for a split one, so combine.cu and the host plan are unchanged.
 //
-// Shape. One CTA = one plan partition (grid (1, G)); its pieces are query tokens (sparse plan requests), so the
-// CTA's 16 mma rows are the heads h < h_q (rows h >= h_q are zero and never written). 8 warps. Warp g owns the
-// 64-dimension slice g = [64 g, 64 g + 64) of the row for both products:
+// Shape. One CTA = one plan partition (grid (1, G)); its pieces are query tokens (sparse plan requests, or dense
+// requests of one token), so the CTA's 16 mma rows are the heads h < h_q (rows h >= h_q are zero and never written).
+// 8 warps. Warp g owns the 64-dimension slice g = [64 g, 64 g + 64) of the row for both products:
 //   Q K^T: the partial S_g = Q[:, slice g] K[:, slice g]^T (4 k-steps x 4 token n-tiles = 16 mma per 32-token tile);
 //   P V:   O[:, slice g] += P V[:, slice g]             (2 k-steps x 8 column n-tiles = 16 mma per tile).
 // DsV4: slices 0-6 are exactly fp8_ds_v4's seven UE8M0 groups (64 e4m3 bytes each); slice 7 is the bf16 RoPE part.
@@ -274,8 +275,9 @@ __device__ __forceinline__ float2 lds64f(uint32_t addr) {
 }
 
 /// The few-row kernel body for format F (few_rows::DsV4 or few_rows::DsMla); launch: grid (1, p.partitions), 256
-/// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for sparse decode with p.rows = h_q <= 16
-/// and F's cache (host_sm80.cpp, use_few_rows). Each instantiation file wraps it in its own __global__.
+/// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for decode with p.rows = h_q <= 16 (sparse,
+/// or dense with s_q = 1) and F's cache (host_sm80.cpp, use_few_rows). Each instantiation file wraps it in its own
+/// __global__.
 template <class F, bool kSparse>
 __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   using namespace few_rows;
