@@ -397,10 +397,11 @@ TEST_P(DecodeEdges, ManyRequestsPerCta) {
 
 // The few-row kernel in dense decode (sm80/few_rows.cuh, decode_few_rows_dsmla_dense: fp8_ds_mla, q bf16, one query
 // token, <= 16 heads), against the reference: 1, 3, 9 and 16 heads; page sizes 1 (a page per row), 16, 64 and 128 and a
-// padded page stride; three long requests split over every SM's CTAs (pieces of one to many tiles; 4000 keys: the two
-// raw stages and three scale slots wrap many times), 400 ragged ones with empty slots (the CTA plan: several pieces
-// per CTA, so the rings restart per piece) and 4500 (the plan kernel). Unused pool pages, the padding between pages and
-// the outputs are NaN-poisoned (DecodeCase, run_and_check). gpu_test_context_parallel runs it on context shards.
+// padded page stride; 3 requests (lengths 0, 1 and up to 4000: the long one split over every SM's CTAs, pieces of up
+// to 3 tiles on an H100), 400 ragged ones with empty slots (the CTA plan: pieces of ~20 tiles, so the two raw stages
+// and three scale slots wrap, and several pieces per CTA, so the rings restart per piece) and 4500 (the plan kernel).
+// Unused pool pages, the padding between pages and the outputs are NaN-poisoned (DecodeCase, run_and_check).
+// gpu_test_context_parallel runs it on context shards.
 TEST(DecodeFewRows, DsMlaOneTokenMatchesReference) {
   const Backend& be = backend_named("cuda");
   SKIP_UNLESS_AVAILABLE(be);

@@ -97,7 +97,7 @@
 // S and P instead of to the values can differ from the reference where it overflows or underflows (study section 6,
 // risk 5; section 8.2).
 // Include only from instantiations/*_few_rows.cu: each defines its non-template __global__ around
-// decode_few_rows_body<Format>.
+// decode_few_rows_body<Format, kSparse>.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -318,7 +318,9 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     const int32_t t_begin = pc.t_begin;
     const int32_t n_tiles = pc.n_tiles;
     // The piece's last column + 1: at most len, so an int32 (one register fewer through the tile loop). Dense decode
-    // (one query token) also stops at the causal limit, which only a context shard's plan sets below len.
+    // also stops at the causal limit, the portable kernel's rule: with one query token it is len itself (unsharded:
+    // len - s_q + 0 + 1; a context shard's plan writes the keys it owns below that, its local len), so the cap only
+    // guards a limit the plan might one day set lower.
     int64_t hi = min(int64_t(t_begin + n_tiles) * kTile, int64_t(len));
     if constexpr (!kSparse) {
       if (p.causal) hi = min(hi, max(causal_limit(p, r, 0, len), int64_t(0)));
