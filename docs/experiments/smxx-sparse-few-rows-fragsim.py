@@ -9,7 +9,8 @@
 # stage's e4m3 / RoPE areas and the small slot's [group][token] scales, byte for byte, and the shared-memory bank
 # pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy map (32 rows by
 # one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the scale table
-# (sc_tab) and the reads of both. Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# (sc_tab) and the reads of both; for the prepared fp8_e4m3 kernel (smxx-few-rows-e4m3.patch) its gather and RoPE
+# reads byte for byte. Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
 
 H = 16; T = 32
@@ -216,6 +217,45 @@ def dsmla_bytes(rng):
     assert (slot >= 0).all(), "every stage and slot byte written"
 
 
+def e4m3_bytes(rng):
+    """The fp8_e4m3 gather and reads at byte level (few_rows::E4m3, the prepared smxx-few-rows-e4m3.patch): 576-byte
+    rows of e4m3 (the 64 RoPE columns at bytes 512..575), DsMla's stage layout, the RoPE bytes in the RoPE area's first
+    64 bytes of each 144-byte row, read as 2 bytes (columns 8 g + 2 tig, + 1) per lane; no scales. Its S and O are
+    dsmla's with every scale 1 (run() checks those maps)."""
+    FP8_STRIDE, ROPE_STRIDE, ROPE_OFF = 576, 144, 32 * 576
+    rows = rng.integers(0, 256, size=(T, 576), dtype=np.uint8)
+    stage = np.full(32 * 576 + 32 * 144, -1, dtype=np.int64)
+    for w in range(8):
+        for l in range(32):
+            g_row, g_piece = 4*w + l // 8, l % 8
+            src = 16 * g_piece
+            for i in range(4):
+                dst = g_row*FP8_STRIDE + (g_piece + 8*i)*16
+                stage[dst:dst+16] = rows[g_row, src + 128*i: src + 128*i + 16]
+            if g_piece < 4:  # src + kDimV: bytes 512 + 16 g_piece
+                dst = ROPE_OFF + g_row*ROPE_STRIDE + g_piece*16
+                stage[dst:dst+16] = rows[g_row, src + 512: src + 512 + 16]
+    for g in range(8):
+        for n in range(4):
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                tok = 8*n + gid
+                a = tok*FP8_STRIDE + 64*g + 16*tig
+                assert (stage[a:a+16] == rows[tok, 64*g+16*tig: 64*g+16*tig+16]).all()
+            # RoPE: LDS.U16 at RoPE area + tok * 144 + 8 g + 2 tig = the e4m3 bytes of columns 8 g + 2 tig, + 1
+            words = {}
+            for l in range(32):
+                gid, tig = l // 4, l % 4
+                tok = 8*n + gid
+                a = ROPE_OFF + tok*ROPE_STRIDE + 8*g + 2*tig
+                assert (stage[a:a+2] == rows[tok, 512 + 8*g + 2*tig: 512 + 8*g + 2*tig + 2]).all()
+                word = a // 4  # a 2-byte load: one word; lanes reading the same word share it (no conflict)
+                assert words.setdefault(word % 32, word) == word, "RoPE LDS.U16 conflicts"
+    for tok in range(T):
+        assert (stage[tok*FP8_STRIDE: tok*FP8_STRIDE + 512] >= 0).all()
+        assert (stage[ROPE_OFF + tok*ROPE_STRIDE: ROPE_OFF + tok*ROPE_STRIDE + 64] >= 0).all()
+
+
 def dsv4_bytes(rng):
     """The dsv4 gather warp and the reads of its stage, at byte level: few_rows::DsV4's offsets, 576-byte token
     blocks (448 e4m3 + 128 RoPE bytes) and 8-byte scale blocks; some rows invalid (zero-fill, flag 0)."""
@@ -290,6 +330,8 @@ rng = np.random.default_rng(1)
 for fmt in ("dsv4", "dsmla"):
     run(fmt, rng)
 dsmla_bytes(rng)
+e4m3_bytes(rng)
 dsv4_bytes(rng)
 print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P, "
-      "ldmatrix.trans V; dsmla gather bytes and bank patterns; dsv4 gather-warp copy map, scale table and reads")
+      "ldmatrix.trans V; dsmla and e4m3 gather bytes and bank patterns; dsv4 gather-warp copy map, scale table and "
+      "reads")
