@@ -22,6 +22,7 @@
 #include "common/compare.h"
 #include "common/decode_case.h"
 #include "common/npy.h"
+#include "cuda/decode/sm80/host_sm80.h"
 #include "hopper_fp8_rule.h"
 #include "mlakit/registry.h"
 #include "reference/ops.h"
@@ -427,6 +428,45 @@ TEST(DecodeFewRows, DsMlaOneTokenMatchesReference) {
         run_and_check(c, /*scale_on_device=*/false, be);
         if (HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+// The few-row kernels' selection rule (host_sm80.cpp), which the test above cannot see (the portable kernel would
+// pass it too): which variants of a call take them. Host code only: runs without a GPU.
+TEST(DecodeFewRowsRule, WhichCallsTakeTheFewRowKernels) {
+  namespace dec = mlakit::cuda::decode;
+  using dec::KvKind;
+  using dec::Sm80Variant;
+  auto v = [](bool bf16, KvKind kind, bool sparse, bool v4, bool one_token) {
+    return Sm80Variant{bf16, kind, sparse, v4, one_token};
+  };
+  EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, false, false, true)));
+  EXPECT_TRUE(dec::sm80_takes_few_rows(1, v(true, KvKind::kDsMla, false, false, true)));
+  EXPECT_FALSE(dec::sm80_takes_few_rows(17, v(true, KvKind::kDsMla, false, false, true)));   // more than 16 heads
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(false, KvKind::kDsMla, false, false, true)));  // fp16 q
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, false, false, false)));  // s_q > 1 or split
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, false, false, true)));    // dense fp8_e4m3
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::k16Bit, false, false, true)));
+  EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, true, false, false)));  // V3.2 sparse
+  EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsV4, true, true, false)));    // V4 sparse
+  EXPECT_FALSE(dec::sm80_takes_few_rows(17, v(true, KvKind::kDsV4, true, true, false)));
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, true, false, false)));  // sparse fp8_e4m3
+
+  // dense_variant's one_token: one query token and a joined cache.
+  for (const int64_t s_q : {int64_t(1), int64_t(2)}) {
+    for (const bool split : {false, true}) {
+      DecodeCaseConfig cfg;
+      cfg.seq_lens = {5, 40};
+      cfg.s_q = s_q;
+      cfg.causal = s_q > 1;
+      cfg.format = KvFormat::kFP8E4M3;
+      cfg.seed = 3;
+      DecodeCase c = test::split_case(DecodeCase::generate(cfg), split, false);
+      const Sm80Variant got = dec::dense_variant(c.problem());
+      EXPECT_EQ(got.one_token, s_q == 1 && !split) << "s_q " << s_q << (split ? ", split" : ", joined");
+      EXPECT_TRUE(got.bf16);
+      EXPECT_EQ(got.kind, KvKind::kE4M3);
     }
   }
 }

@@ -14,13 +14,8 @@ namespace {
 
 constexpr const char* kPath = "cuda decode";
 
-decode::Sm80Variant variant_of(const DecodeProblem& p) {
-  return {p.q.dtype == DType::kBF16, decode::kv_kind(p.kv.format), /*sparse=*/false, /*v4=*/false,
-          /*one_token=*/p.q.shape[1] == 1 && !p.kv.split()};
-}
-
 Status shape_for(const DecodeProblem& p, decode::Sm80Shape* s) {
-  return decode::sm80_shape(decode::query_rows(p), variant_of(p), s);
+  return decode::sm80_shape(decode::query_rows(p), decode::dense_variant(p), s);
 }
 
 }  // namespace
@@ -51,7 +46,7 @@ Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);
-  return decode::launch_sm80(d, variant_of(p), s, static_cast<cudaStream_t>(stream));
+  return decode::launch_sm80(d, decode::dense_variant(p), s, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace mlakit::cuda

@@ -88,6 +88,13 @@ Status with_variant(const Sm80Variant& v, F&& f) {
 
 }  // namespace
 
+bool sm80_takes_few_rows(int64_t rows, const Sm80Variant& v) { return use_few_rows(rows, v); }
+
+Sm80Variant dense_variant(const DecodeProblem& p) {
+  return {p.q.dtype == DType::kBF16, kv_kind(p.kv.format), /*sparse=*/false, /*v4=*/false,
+          /*one_token=*/p.q.shape[1] == 1 && !p.kv.split()};
+}
+
 Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(&facts));

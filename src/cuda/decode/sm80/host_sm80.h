@@ -9,6 +9,7 @@
 
 #include "cuda/decode/smxx/config.h"
 #include "cuda/decode/smxx/params.h"
+#include "mlakit/problems.h"
 #include "mlakit/status.h"
 
 namespace mlakit::cuda::decode {
@@ -35,6 +36,14 @@ struct Sm80Shape {
 
 /// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q).
 Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out);
+
+/// Whether sm80_shape gives a call the few-row kernel (few_rows.cuh) on a device where it fits: q bf16, at most 16 rows
+/// (heads) per query token, and sparse fp8_ds_v4 (V4) or fp8_ds_mla (V3), or dense fp8_ds_mla with one query token and
+/// one cache tensor. The rule alone, for its tests.
+bool sm80_takes_few_rows(int64_t rows, const Sm80Variant& v);
+
+/// The variant of a dense decode problem (decode_sm80.cpp's entry points take it).
+Sm80Variant dense_variant(const DecodeProblem& p);
 
 /// Launches the decode kernel (dense or sparse) and then the combine of the split requests.
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream);
