@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -104,6 +105,8 @@ struct DeviceCase {
     at.lse = lse.ptr;
     at.kv_scale = scale_on_device ? static_cast<const float*>(scale.ptr) : nullptr;
     problem = c.problem(at, Device::cuda(0));
+    // With the scale on the device the value must not be used: NaN here makes a kernel that reads it fail.
+    if (scale_on_device) problem.kv.kv_scale_value = std::numeric_limits<float>::quiet_NaN();
   }
 };
 
@@ -146,7 +149,12 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be, bool*
     CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
   }
 
-  const Status ref = reference::decode(c.problem());
+  // The reference reads the scale through a pointer, as the device does, so that a scale validation cannot see (0,
+  // negative: only kv_scale_value is checked) has a reference too.
+  DecodeBuffers host = c.host_buffers();
+  const float scale = c.config.kv_scale;
+  host.kv_scale = &scale;
+  const Status ref = reference::decode(c.problem(host, Device::cpu()));
   ASSERT_TRUE(ref.ok()) << ref.to_string();
   const std::vector<float> out_ref = c.out_floats();
   const std::vector<float> out_got = to_floats(out_dev, c.config.q_dtype);
@@ -238,6 +246,7 @@ TEST_P(DecodeForms, SplitCacheAndFlatTableMatchReference) {
   };
   for (const Shape sh : {Shape{16, 1, false}, Shape{7, 4, true}, Shape{128, 2, true}}) {
     for (const auto [split, flat] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+      if (split && format == KvFormat::kFP8DsMla) continue;  // its rows hold scales: no split form (spec section 4)
       SCOPED_TRACE(std::string(split ? "split cache" : "joined cache") + (flat ? ", flat table" : ", 2-D table"));
       std::mt19937_64 rng(seed);
       DecodeCaseConfig cfg;
@@ -247,7 +256,9 @@ TEST_P(DecodeForms, SplitCacheAndFlatTableMatchReference) {
       cfg.causal = sh.causal;
       cfg.page_size = page_size;
       cfg.format = format;
-      cfg.q_dtype = q_dtype_for(format, seed);
+      // One token at 16 heads with an fp8 cache and bf16 q is the few-row kernel's call on `cuda` (joined cache).
+      const bool fp8 = format == KvFormat::kFP8E4M3 || format == KvFormat::kFP8DsMla;
+      cfg.q_dtype = fp8 && sh.s_q == 1 ? DType::kBF16 : q_dtype_for(format, seed);
       cfg.seed = seed++;
       DecodeCase c = test::split_case(DecodeCase::generate(cfg), split, flat);
       if (split && backend == "cuda_sm90") {  // the Hopper path reads each row from one tensor: refused by name
@@ -324,7 +335,8 @@ std::string forms_name(const ::testing::TestParamInfo<FormsParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, DecodeForms,
                          ::testing::Combine(::testing::ValuesIn(kCudaDecodeBackends),
-                                            ::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3),
+                                            ::testing::Values(KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3,
+                                                              KvFormat::kFP8DsMla),
                                             ::testing::Values(int64_t(1), int64_t(16), int64_t(64))),
                          forms_name);
 
@@ -396,44 +408,63 @@ TEST_P(DecodeEdges, ManyRequestsPerCta) {
   }
 }
 
-// The few-row kernel in dense decode (sm80/few_rows.cuh, decode_few_rows_dsmla_dense: fp8_ds_mla, q bf16, one query
-// token, <= 16 heads), against the reference: 1, 3, 9 and 16 heads; page sizes 1 (a page per row), 16, 64 and 128 and a
-// padded page stride; 3 requests (lengths 0, 1 and up to 4000: the long one split over every SM's CTAs, pieces of up
-// to 3 tiles on an H100), 400 ragged ones with empty slots (the CTA plan: pieces of ~20 tiles, so the two raw stages
-// and three scale slots wrap, and several pieces per CTA, so the rings restart per piece) and 4500 (the plan kernel).
-// Unused pool pages, the padding between pages and the outputs are NaN-poisoned (DecodeCase, run_and_check).
-// gpu_test_context_parallel runs it on context shards.
-TEST(DecodeFewRows, DsMlaOneTokenMatchesReference) {
+// The few-row kernels in dense decode (sm80/few_rows.cuh, decode_few_rows_dsmla_dense and decode_few_rows_e4m3_dense:
+// fp8_ds_mla or fp8_e4m3, q bf16, one query token, <= 16 heads), against the reference: 1, 3, 9 and 16 heads; page sizes
+// 1 (a page per row), 16, 64 and 128 and a padded page stride; 3 requests (lengths 0, 1 and up to 4000: the long one
+// split over every SM's CTAs, pieces of up to 3 tiles on an H100), 16 requests of up to 20,000 keys (pieces of ~17
+// tiles: the two raw stages and three flag / scale slots wrap many times), 400 ragged ones with empty slots (the CTA
+// plan: several pieces per CTA, so the rings restart per piece) and 4500 (the plan kernel); for fp8_e4m3 a scale that
+// is not a power of two, read from device memory (kv_scale_value then NaN, so a kernel that read it would fail) or
+// passed by value, and scales of 0 and below 0 from device memory (which validation cannot see: the masked columns
+// must stay out of the row's maximum). Unused pool pages, the padding between pages and the outputs are NaN-poisoned
+// (DecodeCase, run_and_check). gpu_test_context_parallel runs them on context shards.
+class DecodeFewRows : public ::testing::TestWithParam<KvFormat> {};
+
+TEST_P(DecodeFewRows, OneTokenMatchesReference) {
   const Backend& be = backend_named("cuda");
   SKIP_UNLESS_AVAILABLE(be);
-  uint64_t seed = 9100;
+  const KvFormat format = GetParam();
+  uint64_t seed = 9100 + uint64_t(format) * 1000;
   for (const int64_t h_q : {int64_t(1), int64_t(3), int64_t(9), int64_t(16)}) {
     for (const int64_t page_size : {int64_t(1), int64_t(16), int64_t(64), int64_t(128)}) {
       std::mt19937_64 rng(++seed);
       struct Shape {
         int batch, max_len;
       };
-      for (const Shape sh : {Shape{3, 4000}, Shape{400, 700}, Shape{4500, 60}}) {
-        if (sh.batch == 4500 && page_size != 64) continue;  // the plan kernel's path: one page size is enough
+      for (const Shape sh : {Shape{3, 4000}, Shape{16, 20000}, Shape{400, 700}, Shape{4500, 60}}) {
+        // The plan kernel's path and the long pieces: one or two page sizes are enough.
+        if (sh.batch == 4500 && page_size != 64) continue;
+        if (sh.batch == 16 && page_size != 64 && page_size != 1) continue;
         DecodeCaseConfig cfg;
         cfg.seq_lens = random_lengths(rng, sh.batch, sh.max_len);
         cfg.h_q = h_q;
         cfg.s_q = 1;
         cfg.page_size = page_size;
         cfg.page_padding_bytes = page_size == 16 ? 48 : 0;
-        cfg.format = KvFormat::kFP8DsMla;
+        cfg.format = format;
+        cfg.kv_scale = 0.0123f;  // fp8_e4m3 only: values up to 1 become e4m3 magnitudes up to 81
         cfg.q_dtype = DType::kBF16;
         cfg.seed = ++seed;
         DecodeCase c = DecodeCase::generate(cfg);
-        run_and_check(c, /*scale_on_device=*/false, be);
+        run_and_check(c, /*scale_on_device=*/seed % 2 == 0, be);
         if (HasFatalFailure()) return;
+        if (format == KvFormat::kFP8E4M3 && sh.batch == 400) {
+          // The same rows read with a scale of 0, then of -0.0123, from device memory.
+          for (const float s : {0.0f, -0.0123f}) {
+            SCOPED_TRACE("kv_scale " + std::to_string(s));
+            c.config.kv_scale = s;
+            c.poison_outputs();
+            run_and_check(c, /*scale_on_device=*/true, be);
+            if (HasFatalFailure()) return;
+          }
+        }
       }
     }
   }
 }
 
-// The few-row kernels' selection rule (host_sm80.cpp), which the test above cannot see (the portable kernel would
-// pass it too): which variants of a call take them. Host code only: runs without a GPU.
+// The few-row kernels' selection rule (host_sm80.cpp), which the tests above cannot see (the portable kernel would
+// pass them too): which variants of a call take them. Host code only: runs without a GPU.
 TEST(DecodeFewRowsRule, WhichCallsTakeTheFewRowKernels) {
   namespace dec = mlakit::cuda::decode;
   using dec::KvKind;
@@ -441,17 +472,19 @@ TEST(DecodeFewRowsRule, WhichCallsTakeTheFewRowKernels) {
   auto v = [](bool bf16, KvKind kind, bool sparse, bool v4, bool one_token) {
     return Sm80Variant{bf16, kind, sparse, v4, one_token};
   };
-  EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, false, false, true)));
-  EXPECT_TRUE(dec::sm80_takes_few_rows(1, v(true, KvKind::kDsMla, false, false, true)));
-  EXPECT_FALSE(dec::sm80_takes_few_rows(17, v(true, KvKind::kDsMla, false, false, true)));   // more than 16 heads
-  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(false, KvKind::kDsMla, false, false, true)));  // fp16 q
-  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, false, false, false)));  // s_q > 1 or split
-  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, false, false, true)));    // dense fp8_e4m3
+  for (const KvKind kind : {KvKind::kDsMla, KvKind::kE4M3}) {
+    EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, kind, false, false, true)));
+    EXPECT_TRUE(dec::sm80_takes_few_rows(1, v(true, kind, false, false, true)));
+    EXPECT_FALSE(dec::sm80_takes_few_rows(17, v(true, kind, false, false, true)));   // more than 16 heads
+    EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(false, kind, false, false, true)));  // fp16 q
+    EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, kind, false, false, false)));  // s_q > 1 or a split cache
+  }
   EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::k16Bit, false, false, true)));
   EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsMla, true, false, false)));  // V3.2 sparse
   EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kDsV4, true, true, false)));    // V4 sparse
-  EXPECT_FALSE(dec::sm80_takes_few_rows(17, v(true, KvKind::kDsV4, true, true, false)));
-  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, true, false, false)));  // sparse fp8_e4m3
+  EXPECT_TRUE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, true, false, false)));   // sparse fp8_e4m3, V3
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(true, KvKind::kE4M3, true, true, false)));   // V4's geometry
+  EXPECT_FALSE(dec::sm80_takes_few_rows(16, v(false, KvKind::kE4M3, true, false, false)));  // fp16 q
 
   // dense_variant's one_token: one query token and a joined cache.
   for (const int64_t s_q : {int64_t(1), int64_t(2)}) {
@@ -470,6 +503,11 @@ TEST(DecodeFewRowsRule, WhichCallsTakeTheFewRowKernels) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeFewRows, ::testing::Values(KvFormat::kFP8DsMla, KvFormat::kFP8E4M3),
+                         [](const ::testing::TestParamInfo<KvFormat>& info) {
+                           return std::string(kv_format_name(info.param));
+                         });
 
 TEST_P(DecodeEdges, AllEmpty) {
   const Backend& be = backend_named(GetParam());
@@ -549,9 +587,21 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
 }
 
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
+// Two shapes: MTP (h 32, s_q 2, bf16), and one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
+// `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it).
+void graph_replays(const Backend& be, bool one_token);
+
 TEST_P(DecodeGraph, ReplayWithNewInputs) {
   const Backend& be = backend_named(GetParam());
   SKIP_UNLESS_AVAILABLE(be);
+  for (const bool one_token : {false, true}) {
+    SCOPED_TRACE(one_token ? "h 16, s_q 1, fp8_e4m3" : "h 32, s_q 2, bf16");
+    graph_replays(be, one_token);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void graph_replays(const Backend& be, bool one_token) {
   constexpr int kBatch = 8;
   constexpr int32_t kMaxLen = 900;
   constexpr int kReplays = 4;
@@ -560,11 +610,13 @@ TEST_P(DecodeGraph, ReplayWithNewInputs) {
     DecodeCaseConfig cfg;
     cfg.seq_lens = random_lengths(rng, kBatch, kMaxLen);
     cfg.seq_lens[seed % kBatch] = kMaxLen;  // fixes the table width, so every replay has the same shapes
-    cfg.h_q = 32;
-    cfg.s_q = 2;
-    cfg.causal = true;
+    cfg.h_q = one_token ? 16 : 32;
+    cfg.s_q = one_token ? 1 : 2;
+    cfg.causal = !one_token;
+    cfg.format = one_token ? KvFormat::kFP8E4M3 : KvFormat::kBF16;
+    cfg.kv_scale = 0.01f + 0.002f * float(seed % 5);  // fp8_e4m3: each replay its own scale, read from the device
     cfg.page_size = 32;
-    cfg.seed = seed;
+    cfg.seed = seed + (one_token ? 1000 : 0);
     return DecodeCase::generate(cfg);
   };
   DecodeCase first = make(100);
@@ -573,6 +625,7 @@ TEST_P(DecodeGraph, ReplayWithNewInputs) {
   d.upload(first, true, size_t(max_pages * first.page_stride_bytes));
   DecodeProblem p = d.problem;
   p.kv.pages.shape[0] = max_pages;
+  if (is_fp8_row_refusal(be.supports(p))) return;  // the Hopper path's fp8 row rule (hopper_fp8_rule.h)
   const size_t ws_bytes = be.workspace_bytes(p);
   new (&d.ws) DeviceBuffer(ws_bytes);
   const Workspace ws{d.ws.ptr, ws_bytes};
@@ -600,6 +653,7 @@ TEST_P(DecodeGraph, ReplayWithNewInputs) {
     CUDA_OK(cudaMemcpy(d.seq_lens.ptr, c.seq_lens.data(), c.seq_lens.size() * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d.out.ptr, c.out.data(), c.out.size() * 2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d.lse.ptr, c.lse.data(), c.lse.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.scale.ptr, &c.config.kv_scale, sizeof(float), cudaMemcpyHostToDevice));
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> out_dev(c.out.size());

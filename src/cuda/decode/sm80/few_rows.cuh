@@ -1,13 +1,17 @@
 #pragma once
 // The few-row decode kernels (issues 13, 9 and 8; design: docs/experiments/smxx-sparse-few-rows-study.md, sections 5
-// and 8): q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync, cp.async), for two
-// formats, one body templated on a format description (few_rows::DsV4, few_rows::DsMla) and on sparse or dense decode
-// (dense: DsMla only, one query token per request, rows found through the block table instead of ids):
+// and 8): q and out in bf16, at most 16 query rows (heads) per query token, sm_80+ (mma.sync, cp.async), for three
+// formats, one body templated on a format description (few_rows::DsV4, few_rows::DsMla, few_rows::E4m3) and on sparse
+// or dense decode (dense: DsMla and E4m3, one query token per request, rows found through the block table instead of
+// ids):
 //   DsV4:  DeepSeek V4's geometry (d_qk 512 = 448 e4m3 with UE8M0 group scales of 64 columns + 64 bf16 RoPE, V = the
 //          whole row), fp8_ds_v4 cache;
 //   DsMla: DeepSeek V3's (V3.2's) geometry (d_qk 576 = 512 e4m3 with fp32 group scales of 128 columns + 64 bf16 RoPE,
-//          V = the first 512 columns), fp8_ds_mla cache.
-// Device code only. Both read the same plan (PartitionBounds, pieces as for_each_piece walks them) and write the same
+//          V = the first 512 columns), fp8_ds_mla cache;
+//   E4m3:  V3's geometry with an fp8_e4m3 cache (576 e4m3 columns, the RoPE part too, and one fp32 scale per cache,
+//          folded into the softmax scale and the output as kernel.cuh does): DsMla's body without group scales, its
+//          RoPE step converting 2 e4m3 bytes per B register.
+// Device code only. All read the same plan (PartitionBounds, pieces as for_each_piece walks them) and write the same
 // outputs as the portable kernel (kernel.cuh): out + lse + max_logits for a whole request, part_out / part_lse /
 // part_max in the partition's slot for a split one, so combine.cu and the host plan are unchanged.
 //
@@ -146,6 +150,8 @@ struct DsV4 {
   static constexpr int kRawRing = 3;                    // raw stages; scales and valid flags inside them
   static constexpr bool kSmallRing = false;
   static constexpr bool kScaleTable = true;  // UE8M0 bytes decoded once per tile into sc_tab (float [kWarps][32])
+  static constexpr bool kTokenScales = true;  // a scale per token and group, on the partial S and on P
+  static constexpr bool kRopeE4m3 = false;    // the RoPE part is bf16
   /// The warp that gathers every tile's rows (before barrier A, into stage (it - 1) % 3, ids from IdRows): the RoPE
   /// warp, which has no conversion to do before barrier A.
   static constexpr int kGatherWarp = kFp8Slices;
@@ -169,6 +175,8 @@ struct DsMla {
   static constexpr int kRawRing = 2;                         // raw e4m3 + RoPE stages
   static constexpr bool kSmallRing = true;                   // scales and valid flags: a ring of 3 slots
   static constexpr bool kScaleTable = false;                 // fp32 scales, read from the small slot (LDS.64)
+  static constexpr bool kTokenScales = true;                 // fp32 group scales on the partial S and on P
+  static constexpr bool kRopeE4m3 = false;                   // the RoPE part is bf16
   static constexpr int kGatherWarp = -1;  // none: every warp gathers 4 rows after barrier A (header: "Rings")
   static constexpr int kFp8Stride = ds_mla::kDimC + 64;  // 576 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
   static constexpr int kFp8Off = 0;
@@ -179,6 +187,28 @@ struct DsMla {
   static constexpr int kSmallSlotBytes = ds_mla::kNumGroups * kTile * 4;  // 512
   static_assert(kFp8Slices == kWarps && ds_mla::kGroupSize == 2 * kSlice && kSlice * kWarps + kDimR == kDqk);
   static_assert(kDimR == 8 * kWarps, "one m16n8k8 RoPE step per warp");
+};
+
+/// V3's geometry with an fp8_e4m3 cache: DsMla's slices, stages and rings, the RoPE part 64 e4m3 bytes (converted in
+/// the RoPE step), no scale per token: the cache's one scale is folded into the softmax scale and the output.
+struct E4m3 {
+  static constexpr KvKind kKind = KvKind::kE4M3;
+  static constexpr int kDqk = kDimQK;
+  static constexpr int kFp8Slices = kDimV / kSlice;  // 8: every warp
+  static constexpr bool kRopeSplit = true;           // RoPE columns [8 g, 8 g + 8) to warp g (m16n8k8)
+  static constexpr int kRawRing = 2;
+  static constexpr bool kSmallRing = true;  // the valid flags' 3 slots (DsMla's ring, without scales)
+  static constexpr bool kScaleTable = false;
+  static constexpr bool kTokenScales = false;
+  static constexpr bool kRopeE4m3 = true;
+  static constexpr int kGatherWarp = -1;
+  static constexpr int kFp8Stride = kDimV + 64;  // 576 B = 64 mod 128, as DsMla's
+  static constexpr int kFp8Off = 0;
+  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;      // 18,432
+  static constexpr int kStageBytes = kRopeOff + kTile * kRopeStride;  // 23,040 (the RoPE rows use 64 of 144 B)
+  static constexpr int kScaleOff = 0;
+  static constexpr int kSmallSlotBytes = 0;
+  static_assert(kFp8Slices == kWarps && kSlice * kWarps + kDimR == kDqk && kDimR == 8 * kWarps);
 };
 
 /// Where a piece's request's index rows start (sparse_id's addresses, as element offsets): column t < main_len is
@@ -231,6 +261,8 @@ static_assert(Layout<DsV4>::kVOff == 57600 && Layout<DsV4>::kSPartOff == 89856 &
               Layout<DsV4>::kAlphaOff == 112896 && Layout<DsV4>::kSmemBytes == 114240);
 // V3.2's: 2 x 23,040 stages, 3 x 512 scale slots, 8 V slices, S partials, P: 107,808 bytes.
 static_assert(Layout<DsMla>::kVOff == 47616 && Layout<DsMla>::kSmemBytes == 107808);
+// fp8_e4m3's: DsMla's without the 3 x 512 scale slots: 106,272 bytes.
+static_assert(Layout<E4m3>::kSmemBytes == 107808 - 3 * 512);
 
 }  // namespace few_rows
 
@@ -263,6 +295,11 @@ __device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
+__device__ __forceinline__ uint16_t lds16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -274,14 +311,21 @@ __device__ __forceinline__ float2 lds64f(uint32_t addr) {
   return v;
 }
 
-/// The few-row kernel body for format F (few_rows::DsV4 or few_rows::DsMla); launch: grid (1, p.partitions), 256
+/// The cache's one scale (fp8_e4m3, from device memory or the parameters), 1 for the formats with scales in their rows.
+template <class F>
+__device__ __forceinline__ float cache_scale(const DecodeParams& p) {
+  if constexpr (F::kKind == KvKind::kE4M3) return p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
+  return 1.0f;
+}
+
+/// The few-row kernel body for format F (few_rows::DsV4, DsMla or E4m3); launch: grid (1, p.partitions), 256
 /// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for decode with p.rows = h_q <= 16 (sparse,
 /// or dense with s_q = 1) and F's cache (host_sm80.cpp, use_few_rows). Each instantiation file wraps it in its own
 /// __global__.
 template <class F, bool kSparse>
 __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   using namespace few_rows;
-  static_assert(kSparse || F::kKind == KvKind::kDsMla, "dense decode: fp8_ds_mla only (V4's geometry is sparse only)");
+  static_assert(kSparse || F::kKind != KvKind::kDsV4, "V4's geometry is sparse only");
   using L = Layout<F>;
   constexpr int kStagesOff = L::kStagesOff;
   constexpr int kFp8Off = F::kFp8Off, kRopeOff = F::kRopeOff, kScaleOff = F::kScaleOff;
@@ -305,7 +349,9 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
 
   pdl_wait();  // q, the cache, the ids, the lengths and the plan may come from the previous kernels
 
-  const float scale_log2 = p.softmax_scale * kLog2e;  // fp8_ds_v4 and fp8_ds_mla have no per-cache scale
+  // fp8_e4m3's one scale per cache is folded into the scores here and into the output in the epilogue (kernel.cuh
+  // does the same); fp8_ds_v4 and fp8_ds_mla have none.
+  const float scale_log2 = p.softmax_scale * cache_scale<F>(p) * kLog2e;
   const PartitionBounds* bounds = partition_bounds<kSparse, kThreads>(p, part, kTileShift, blockIdx.x == 0);
 
   auto run_piece = [&](const Piece& pc) {
@@ -444,10 +490,15 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
           cp_async_16(st + kFp8Off + g_row * kFp8Stride + (g_piece + 8 * i) * 16, src + ds_mla::kQuantOffset + 128 * i,
                       n16);
         }
-        cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + ds_mla::kRopeOffset, n16);
-        if (g_piece < ds_mla::kNumGroups) {  // scale g_piece of the row -> [group g_piece][token g_row]
-          cp_async_4(smem_base + L::kSmallOff + slot * F::kSmallSlotBytes + (g_piece * kTile + g_row) * 4,
-                     src - g_piece * 12 + ds_mla::kScaleOffset, valid ? 4 : 0);  // row + 512 + 4 g_piece
+        if constexpr (F::kRopeE4m3) {  // fp8_e4m3: the 64 e4m3 RoPE bytes at 512, pieces 0 - 3
+          static_assert(ds_mla::kQuantOffset == 0, "both V3 formats start with the 512 e4m3 latent bytes");
+          if (g_piece < 4) cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + kDimV, n16);
+        } else {
+          cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + ds_mla::kRopeOffset, n16);
+          if (g_piece < ds_mla::kNumGroups) {  // scale g_piece of the row -> [group g_piece][token g_row]
+            cp_async_4(smem_base + L::kSmallOff + slot * F::kSmallSlotBytes + (g_piece * kTile + g_row) * 4,
+                       src - g_piece * 12 + ds_mla::kScaleOffset, valid ? 4 : 0);  // row + 512 + 4 g_piece
+          }
         }
       }
     };
@@ -572,8 +623,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
 
         // ---- (b) token scales of this thread's C columns (tokens 8 n + 2 tig + j), applied to the partial S ----
         if constexpr (F::kScaleTable) __syncwarp();  // sc_tab[g] complete
-        float sc[4][2];
-        token_scales(sc, g, tig);
+        float sc[4][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};  // E4m3: none (constant-folded)
+        if constexpr (F::kTokenScales) token_scales(sc, g, tig);
         float* my = spart + g * kRows * kSPartStride;
         if constexpr (F::kRopeSplit) {
           // The latent partial scaled, then the RoPE step (unscaled) accumulated onto it: B = K[token gid of n-tile
@@ -586,7 +637,16 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
             acc[n][2] *= sc[n][0];
             acc[n][3] *= sc[n][1];
             const int tok = 8 * n + gid;
-            mma_1688<true>(acc[n], qr, lds32(st + kRopeOff + tok * kRopeStride + 16 * g + 4 * tig));
+            // B = K[token][RoPE columns 8 g + 2 tig, + 1]: bf16 (DsMla), or 2 e4m3 bytes converted exactly (E4m3).
+            uint32_t kr;
+            if constexpr (F::kRopeE4m3) {
+              const uint32_t h = e4m3x2_to_half2(lds16(st + kRopeOff + tok * kRopeStride + 8 * g + 2 * tig));
+              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+              kr = pack_float2<true>(f.x, f.y);
+            } else {
+              kr = lds32(st + kRopeOff + tok * kRopeStride + 16 * g + 4 * tig);
+            }
+            mma_1688<true>(acc[n], qr, kr);
           }
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
@@ -632,19 +692,28 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         }
         // An id that names no row (negative, past its cache, past the piece) is no key: masked (its row is zeros).
         const uint8_t* valid = row_valid + (F::kSmallRing ? sslot : stage) * kTile;
-        float s0 = valid[scol] != 0 ? s2.x : -INFINITY;
-        float s1 = valid[scol + 1] != 0 ? s2.y : -INFINITY;
-        // The maximum over the raw scores, scaled once (scale_log2 > 0 keeps the order), as kernel.cuh does.
+        // fp8_e4m3's scale_log2 holds the cache's scale, read from device memory where validation cannot check it:
+        // at 0 or below, masking the raw scores and scaling after the maximum would turn -inf into NaN or +inf. So
+        // E4m3 scales each score before it masks it, as kernel.cuh does for that format; the other formats' scale
+        // (softmax_scale > 0) keeps the order, and their maximum is taken over the raw scores, scaled once.
+        constexpr bool kScaledMax = F::kKind == KvKind::kE4M3;
+        float s0 = valid[scol] != 0 ? (kScaledMax ? s2.x * scale_log2 : s2.x) : -INFINITY;
+        float s1 = valid[scol + 1] != 0 ? (kScaledMax ? s2.y * scale_log2 : s2.y) : -INFINITY;
         float mx = fmaxf(s0, s1);
 #pragma unroll
         for (int x = 1; x < 16; x *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-        mx *= scale_log2;
+        if constexpr (!kScaledMax) mx *= scale_log2;
         const float m_new = fmaxf(m_run, mx);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at p = 0
         const float alpha = exp2f(m_run - m_use);
         m_run = m_new;
-        s0 = exp2_ftz(fmaf(s0, scale_log2, -m_use));
-        s1 = exp2_ftz(fmaf(s1, scale_log2, -m_use));
+        if constexpr (kScaledMax) {
+          s0 = exp2_ftz(s0 - m_use);
+          s1 = exp2_ftz(s1 - m_use);
+        } else {
+          s0 = exp2_ftz(fmaf(s0, scale_log2, -m_use));
+          s1 = exp2_ftz(fmaf(s1, scale_log2, -m_use));
+        }
         l_run = l_run * alpha + (s0 + s1);
         *reinterpret_cast<float2*>(psm + srow * kPStride + scol) = make_float2(s0, s1);
         if (lane % 16 == 0) alpha_sm[srow] = alpha;
@@ -673,8 +742,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from
         // sc_tab (DsV4: rewritten only in (a) of the next tile) or the small slot (DsMla: intact until the gather of
         // tile it + 3, after barrier A of tile it + 1) rather than kept in 8 registers through (c).
-        float sc[4][2];
-        token_scales(sc, g, tig);
+        float sc[4][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};  // E4m3: none (constant-folded)
+        if constexpr (F::kTokenScales) token_scales(sc, g, tig);
         uint32_t pa[2][4];
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)
@@ -734,10 +803,11 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       const bool empty = !(l_tot > 0.0f);
       const float lse = empty ? -INFINITY : (m_row + log2f(l_tot)) * kLn2;
       const int h = m;
-      float inv = empty ? 0.0f : 1.0f / l_tot;
+      float inv = empty ? 0.0f : cache_scale<F>(p) / l_tot;  // E4m3: V's scale, as kernel.cuh's output
       if (direct && !empty) inv *= sink_factor(p, h, lse);  // a split row gets it in the combine
       if (p.max_logits != nullptr && g == 0 && tig == 0) {
-        // m_row is the row's largest visible logit times log2(e) (tau folded in): -inf for none.
+        // m_row is the row's largest visible logit times log2(e) (tau, and fp8_e4m3's scale, folded in): -inf for
+        // none.
         const float max_logit = m_row == -INFINITY ? -INFINITY : m_row * kLn2;
         if (direct) {
           p.max_logits[request_offset<kSparse>(p, r, p.max_logits_stride_b, p.max_logits_stride_s) +

@@ -26,26 +26,31 @@ int row_group_index(int row_groups) { return row_groups == 1 ? 0 : row_groups ==
 
 // ---- the few-row kernels (few_rows.cuh; issues 13, 9 and 8, docs/experiments/smxx-sparse-few-rows-study.md) ----
 /// Whether a call goes to a few-row kernel: q bf16, at most 16 rows (heads) per query token, and either sparse decode
-/// with DeepSeek V4's geometry and an fp8_ds_v4 cache or V3's with an fp8_ds_mla cache (V3.2), or dense decode with
-/// one query token per request and an fp8_ds_mla cache, where converting K in registers straight into mma fragments
-/// beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k 128 + 512: 0.0602 against 0.0883 ms;
-/// V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240). Their plan, workspace and combine are the portable
-/// kernel's (tile shift 5).
+/// with DeepSeek V4's geometry and an fp8_ds_v4 cache or V3's with an fp8_ds_mla (V3.2) or fp8_e4m3 cache, or dense
+/// decode with one query token per request and an fp8_ds_mla or fp8_e4m3 cache, where converting K in registers
+/// straight into mma fragments beats the portable kernel's dequantised tile (H100, V4 b128 s_q 2 h16 top-k 128 + 512:
+/// 0.0602 against 0.0883 ms; V3.2 b128 s_q 2 h16 top-k 2048: 0.1778 against 0.2240; dense fp8_ds_mla (128, 1, 32768,
+/// 16): 1.2648 against 1.5975). Their plan, workspace and combine are the portable kernel's (tile shift 5).
 bool use_few_rows(int64_t rows, const Sm80Variant& v) {
   if (!v.bf16 || rows > kRowsPerGroup) return false;
-  if (!v.sparse) return v.one_token && v.kind == KvKind::kDsMla;
-  return v.v4 ? v.kind == KvKind::kDsV4 : v.kind == KvKind::kDsMla;
+  if (!v.sparse) return v.one_token && (v.kind == KvKind::kDsMla || v.kind == KvKind::kE4M3);
+  return v.v4 ? v.kind == KvKind::kDsV4 : v.kind == KvKind::kDsMla || v.kind == KvKind::kE4M3;
 }
 
 /// The few-row kernel of a variant use_few_rows takes (DeviceFacts' index too): 0 for sparse fp8_ds_v4, 1 for sparse
-/// fp8_ds_mla, 2 for dense fp8_ds_mla.
-int few_rows_index(const Sm80Variant& v) { return !v.sparse ? 2 : v.kind == KvKind::kDsV4 ? 0 : 1; }
+/// fp8_ds_mla, 2 for dense fp8_ds_mla, 3 for dense fp8_e4m3, 4 for sparse fp8_e4m3.
+int few_rows_index(const Sm80Variant& v) {
+  if (!v.sparse) return v.kind == KvKind::kE4M3 ? 3 : 2;
+  return v.kind == KvKind::kDsV4 ? 0 : v.kind == KvKind::kE4M3 ? 4 : 1;
+}
 
 Status few_rows_occupancy(const Sm80Variant& v, int max_smem_per_block, int* ctas_per_sm) {
   switch (few_rows_index(v)) {
     case 0: return few_rows_dsv4_occupancy(max_smem_per_block, ctas_per_sm);
     case 1: return few_rows_dsmla_occupancy(max_smem_per_block, ctas_per_sm);
-    default: return few_rows_dsmla_dense_occupancy(max_smem_per_block, ctas_per_sm);
+    case 2: return few_rows_dsmla_dense_occupancy(max_smem_per_block, ctas_per_sm);
+    case 3: return few_rows_e4m3_dense_occupancy(max_smem_per_block, ctas_per_sm);
+    default: return few_rows_e4m3_occupancy(max_smem_per_block, ctas_per_sm);
   }
 }
 
@@ -53,7 +58,9 @@ Status launch_few_rows(const DecodeParams& d, const Sm80Variant& v, cudaStream_t
   switch (few_rows_index(v)) {
     case 0: return launch_few_rows_dsv4(d, stream, pdl);
     case 1: return launch_few_rows_dsmla(d, stream, pdl);
-    default: return launch_few_rows_dsmla_dense(d, stream, pdl);
+    case 2: return launch_few_rows_dsmla_dense(d, stream, pdl);
+    case 3: return launch_few_rows_e4m3_dense(d, stream, pdl);
+    default: return launch_few_rows_e4m3(d, stream, pdl);
   }
 }
 

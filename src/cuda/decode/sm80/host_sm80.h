@@ -38,8 +38,8 @@ struct Sm80Shape {
 Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out);
 
 /// Whether sm80_shape gives a call the few-row kernel (few_rows.cuh) on a device where it fits: q bf16, at most 16 rows
-/// (heads) per query token, and sparse fp8_ds_v4 (V4) or fp8_ds_mla (V3), or dense fp8_ds_mla with one query token and
-/// one cache tensor. The rule alone, for its tests.
+/// (heads) per query token, and sparse fp8_ds_v4 (V4) or fp8_ds_mla or fp8_e4m3 (V3), or dense fp8_ds_mla or fp8_e4m3
+/// with one query token and one cache tensor. The rule alone, for its tests.
 bool sm80_takes_few_rows(int64_t rows, const Sm80Variant& v);
 
 /// The variant of a dense decode problem (decode_sm80.cpp's entry points take it).

@@ -38,9 +38,10 @@ struct DeviceFacts {
   DeviceInfo info;
   // Portable kernel CTAs per SM [sparse][bf16][V4 geometry][KvKind][row groups 1, 2, 4]; 0 = not yet.
   int sm80_ctas[2][2][2][kNumKvKinds][3] = {};
-  // The few-row kernels' CTAs per SM (sm80/few_rows.cuh) [sparse fp8_ds_v4, sparse fp8_ds_mla, dense fp8_ds_mla]; 0 =
-  // not yet, -1 = the kernel does not fit this device (the portable kernel serves its calls).
-  int sm80_few_rows_ctas[3] = {};
+  // The few-row kernels' CTAs per SM (sm80/few_rows.cuh) [sparse fp8_ds_v4, sparse fp8_ds_mla, dense fp8_ds_mla,
+  // dense fp8_e4m3, sparse fp8_e4m3]; 0 = not yet, -1 = the kernel does not fit this device (the portable kernel serves
+  // its calls).
+  int sm80_few_rows_ctas[5] = {};
 };
 Status device_facts(DeviceFacts** out);
 
