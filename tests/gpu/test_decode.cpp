@@ -432,9 +432,10 @@ TEST_P(DecodeFewRows, OneTokenMatchesReference) {
         int batch, max_len;
       };
       for (const Shape sh : {Shape{3, 4000}, Shape{16, 20000}, Shape{400, 700}, Shape{4500, 60}}) {
-        // The plan kernel's path and the long pieces: one or two page sizes are enough.
+        // The plan kernel's path and the long pieces: one or two page sizes are enough, and the long pieces at 16
+        // heads only (their reference alone took most of the 145 - 168 s this test ran per format on the H100).
         if (sh.batch == 4500 && page_size != 64) continue;
-        if (sh.batch == 16 && page_size != 64 && page_size != 1) continue;
+        if (sh.batch == 16 && ((page_size != 64 && page_size != 1) || h_q != 16)) continue;
         DecodeCaseConfig cfg;
         cfg.seq_lens = random_lengths(rng, sh.batch, sh.max_len);
         cfg.h_q = h_q;
