@@ -7,9 +7,10 @@
 # Usage: scripts/try-patches.sh OUT_DIR PATCH [PATCH...]
 # Environment: TRY_ROUNDS (default 2); TRY_BENCH (bench argument sets separated by ';', default: the sparse anchors,
 #   the V4 preset and the fp8_ds_mla decode anchors, all on cuda_sm90); TRY_BASE_SRC (a source tree to use as the
-#   base instead of `git archive HEAD`).
+#   base instead of `git archive HEAD`); TRY_KEEP_CLIS (a folder: each built CLI is copied there as NAME/mlakit, base
+#   included, for a profile after the timing).
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=$1
 shift
@@ -52,7 +53,12 @@ wait
 built=()
 for v in $(seq 0 $((n - 1))); do
   say "build ${names[$v]}: rc=$(cat "$W/rc_$v")"
-  if [ "$(cat "$W/rc_$v")" = 0 ]; then built+=("$v"); else tail -20 "$W/build_$v.log"; [ "$v" != 0 ] || exit 1; fi
+  if [ "$(cat "$W/rc_$v")" = 0 ]; then
+    built+=("$v")
+    if [ -n "${TRY_KEEP_CLIS:-}" ]; then
+      mkdir -p "$TRY_KEEP_CLIS/${names[$v]}" && cp "$W/v$v/build/tools/mlakit/mlakit" "$TRY_KEEP_CLIS/${names[$v]}/"
+    fi
+  else tail -20 "$W/build_$v.log"; [ "$v" != 0 ] || exit 1; fi
 done
 
 IFS=';' read -r -a sets <<< "${TRY_BENCH:---mode sparse --preset anchors --backend cuda_sm90;--mode sparse --preset v4 --backend cuda_sm90;--preset anchors --kv-format fp8_ds_mla --backend cuda_sm90}"
