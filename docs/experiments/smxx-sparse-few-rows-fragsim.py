@@ -10,7 +10,9 @@
 # pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy map (32 rows by
 # one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the scale table
 # (sc_tab) and the reads of both; for the prepared fp8_e4m3 kernel (smxx-few-rows-e4m3.patch) its gather and RoPE
-# reads byte for byte. Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# reads byte for byte; for fp8_e4m3's packed P (smxx-few-rows-e4m3-packed-p.patch) the bf16 P store of (c) and the
+# ldmatrix.x4 A fragments of (e), byte for byte, bit-equal to the fp32 path's and through P V (and that a swapped
+# ldmatrix address map fails). Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
 
 H = 16; T = 32
@@ -159,6 +161,100 @@ def run(fmt, rng):
                 col = 64*g + 8*n + 2*tig
                 O[gid, col:col+2] = o[n][l][0:2]; O[gid+8, col:col+2] = o[n][l][2:4]
     assert np.allclose(O, Pm @ Kfull[:, :512]), fmt + ": O mismatch"
+
+
+def ldmatrix(rowaddr, mem):  # non-transposed x4: lanes 8 j .. 8 j + 7 give the 16-byte rows of matrix j
+    """mem: int64 bytes (-1 = never written); returns r[lane][4] as uint32 words (low half the lower element)."""
+    out = [[None]*4 for _ in range(32)]
+    for j in range(4):
+        for t in range(32):
+            a = rowaddr[8*j + t//4] + 4*(t % 4)  # row t / 4 of matrix j, elements 2 (t % 4), + 1
+            b = mem[a:a+4]
+            assert len(b) == 4 and (b >= 0).all(), "ldmatrix reads a byte of P that (c) did not write"
+            out[t][j] = int(b[0]) | int(b[1]) << 8 | int(b[2]) << 16 | int(b[3]) << 24
+    return out
+
+
+def bf16_bits(x):  # float32 -> bf16 bits, round to nearest even (__floats2bfloat162_rn; no NaN / inf here)
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return int(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+
+
+def bf16_word_values(w):  # uint32 of two bf16 -> (low, high) as floats
+    return [float(np.uint32((w & 0xFFFF) << 16).view(np.float32)), float(np.uint32(w & 0xFFFF0000).view(np.float32))]
+
+
+def e4m3_packed_p(rng, swap=False):
+    """fp8_e4m3's packed P (smxx-few-rows-e4m3-packed-p.patch): (c) lane l of warp g stores pack_float2<true>(s0, s1)
+    of row srow = 2 g + l / 16, tokens scol = 2 (l % 16) + {0, 1} at P area + srow * 80 + 2 scol; (e) ldmatrix.x4 at
+    P area + (l % 8 + ((l / 8) % 2) * 8) * 80 + (l / 16) * 16 + 32 kk gives pa[kk]. Checked: the bytes stay in P's
+    area (16 x 40 floats), every byte read was written in (c), the fragments are bit-equal to the fp32 path's
+    (pack_float2 of p * 1.0f from the LDS.64 of rows gid, gid + 8, columns 8 n + 2 tig), ldmatrix conflict-free, the
+    store in 2 wavefronts (as the fp32 path's 64-bit store), and O = bf16(P) V through the mma with the V
+    ldmatrix.trans B fragments of run(). swap: the (l / 8) % 2 and l / 16 roles exchanged (must fail)."""
+    PB_STRIDE, P_STRIDE, P_BYTES = 80, 40, 16 * 40 * 4
+    # P of one tile as (c) makes it: fp32 in [0, 1], row maxima exactly 1, masked tokens exactly 0
+    P = np.exp2(-rng.exponential(3.0, size=(H, T))).astype(np.float32)
+    P[np.arange(H), rng.integers(0, T, size=H)] = 1.0
+    P[rng.random((H, T)) < 0.1] = 0.0
+    # ---- (c): the bf16 store, and the fp32 store of the old path ----
+    pb = np.full(P_BYTES, -1, dtype=np.int64)
+    psm = np.full(16 * P_STRIDE, np.nan, dtype=np.float32)
+    for g in range(8):
+        addrs = []
+        for l in range(32):
+            srow, scol = 2*g + l//16, 2*(l % 16)
+            a = srow*PB_STRIDE + 2*scol
+            assert a % 4 == 0 and 0 <= a and a + 4 <= P_BYTES, "bf16 P store outside P's area"
+            assert (pb[a:a+4] == -1).all(), "a byte of P stored twice"
+            w = bf16_bits(P[srow, scol]) | bf16_bits(P[srow, scol+1]) << 16
+            pb[a:a+4] = [(w >> (8*i)) & 0xFF for i in range(4)]
+            psm[srow*P_STRIDE + scol: srow*P_STRIDE + scol + 2] = P[srow, scol:scol+2]
+            addrs.append(a)
+        words = {}  # 32-bit store: wavefronts = the most distinct words in one bank
+        for a in addrs:
+            words.setdefault((a // 4) % 32, set()).add(a // 4)
+        assert max(len(v) for v in words.values()) <= 2, "bf16 P store: more wavefronts than the fp32 store's 2"
+    # ---- (e), every warp (same P, its own V slice) ----
+    for g in range(8):
+        V = rng.standard_normal((T, 64))
+        o = [[[0.0]*4 for _ in range(32)] for n in range(8)]
+        for kk in range(2):
+            rowaddr = []
+            for l in range(32):
+                hr, tc = ((l // 16), (l // 8) % 2) if swap else ((l // 8) % 2, (l // 16))
+                a = (l % 8 + hr*8)*PB_STRIDE + tc*16 + 32*kk
+                assert a % 16 == 0, "ldmatrix row address not 16-byte aligned"
+                rowaddr.append(a)
+            assert conflict_free(rowaddr, 16), "P ldmatrix conflicts"
+            pa = ldmatrix(rowaddr, pb)
+            for l in range(32):  # the fp32 path: LDS.64 of psm, times the scale 1.0f, pack_float2<true>
+                gid, tig = l // 4, l % 4
+                for h in range(2):
+                    col = 8*(2*kk + h) + 2*tig
+                    for r, row in ((2*h, gid), (2*h + 1, gid + 8)):
+                        v = psm[row*P_STRIDE + col: row*P_STRIDE + col + 2] * np.float32(1.0)
+                        assert not np.isnan(v).any()
+                        assert pa[l][r] == bf16_bits(v[0]) | bf16_bits(v[1]) << 16, "P fragment != fp32 path's"
+            a_vals = [[bf16_word_values(pa[l][r]) for r in range(4)] for l in range(32)]
+            for np_ in range(4):  # V B fragments as run() builds them (tokens 16 kk .. 16 kk + 15)
+                rows = []
+                for l in range(32):
+                    tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
+                    c0 = (l // 16) * 8 + np_ * 16
+                    rows.append(V[tok, c0:c0+8])
+                b = ldmatrix_trans(rows)
+                o[2*np_] = mma(a_vals, [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
+                o[2*np_+1] = mma(a_vals, [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
+        O = np.zeros((H, 64))
+        for l in range(32):
+            gid, tig = l // 4, l % 4
+            for n in range(8):
+                O[gid, 8*n+2*tig: 8*n+2*tig+2] = o[n][l][0:2]; O[gid+8, 8*n+2*tig: 8*n+2*tig+2] = o[n][l][2:4]
+        Pb = np.array([[bf16_word_values(bf16_bits(P[i, j]))[0] for j in range(T)] for i in range(H)])
+        assert np.allclose(O, Pb @ V), "packed P: O mismatch"
+    written = pb[:16*PB_STRIDE].reshape(16, PB_STRIDE)
+    assert (written[:, :64] >= 0).all() and (written[:, 64:] == -1).all() and (pb[16*PB_STRIDE:] == -1).all()
 
 
 def dsmla_bytes(rng):
@@ -332,6 +428,12 @@ for fmt in ("dsv4", "dsmla"):
 dsmla_bytes(rng)
 e4m3_bytes(rng)
 dsv4_bytes(rng)
+e4m3_packed_p(rng)
+try:  # the check can fail: ldmatrix's matrices 1 and 2 exchanged (heads 8-15 <-> tokens 8-15)
+    e4m3_packed_p(rng, swap=True)
+    raise SystemExit("packed P: a swapped ldmatrix address map passed")
+except AssertionError:
+    pass
 print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P, "
       "ldmatrix.trans V; dsmla and e4m3 gather bytes and bank patterns; dsv4 gather-warp copy map, scale table and "
-      "reads")
+      "reads; e4m3 packed P (bf16 store, ldmatrix.x4 A fragments)")
