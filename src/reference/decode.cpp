@@ -60,7 +60,7 @@ void attend_row(const DecodeProblem& p, const std::vector<float>& rows, int64_t 
 
 Status decode(const DecodeProblem& p) {
   const int64_t s_q = p.s_q(), h_q = p.h_q();
-  for (int64_t b = 0; b < p.batch(); ++b) {
+  parallel_outer(p.batch(), [&](int64_t b) {
     const int64_t global_len = load_int(p.seq_lens, offset_of(p.seq_lens, b));
     const int64_t len = p.shard.owned_before(global_len);  // docs/spec.md section 11: this rank's tokens
     const std::vector<float> rows = load_request_rows(p, b, len);
@@ -68,7 +68,7 @@ Status decode(const DecodeProblem& p) {
       const int64_t i = ih / h_q, h = ih % h_q;
       attend_row(p, rows, visible_keys(p, global_len, len, i), b, i, h);
     });
-  }
+  });
   return {};
 }
 

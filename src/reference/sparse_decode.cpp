@@ -123,12 +123,12 @@ void attend_row(const SparseDecodeProblem& p, const std::vector<float>& rows, in
 Status sparse_decode(const SparseDecodeProblem& p) {
   MLAKIT_TRY(check_indices(p));
   const int64_t h_q = p.h_q();
-  for (int64_t b = 0; b < p.batch(); ++b) {
-    for (int64_t i = 0; i < p.s_q(); ++i) {
-      const std::vector<float> rows = load_selected_rows(p, b, i);
-      parallel_for(h_q, [&](int64_t h) { attend_row(p, rows, b, i, h); });
-    }
-  }
+  const int64_t s_q = p.s_q();
+  parallel_outer(p.batch() * s_q, [&](int64_t bi) {
+    const int64_t b = bi / s_q, i = bi % s_q;
+    const std::vector<float> rows = load_selected_rows(p, b, i);
+    parallel_for(h_q, [&](int64_t h) { attend_row(p, rows, b, i, h); });
+  });
   return {};
 }
 
