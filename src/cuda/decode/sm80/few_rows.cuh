@@ -640,9 +640,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
             // B = K[token][RoPE columns 8 g + 2 tig, + 1]: bf16 (DsMla), or 2 e4m3 bytes converted exactly (E4m3).
             uint32_t kr;
             if constexpr (F::kRopeE4m3) {
-              const uint32_t h = e4m3x2_to_half2(lds16(st + kRopeOff + tok * kRopeStride + 8 * g + 2 * tig));
-              const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-              kr = pack_float2<true>(f.x, f.y);
+              kr = e4m3x2_to_bf16x2(lds16(st + kRopeOff + tok * kRopeStride + 8 * g + 2 * tig));
             } else {
               kr = lds32(st + kRopeOff + tok * kRopeStride + 16 * g + 4 * tig);
             }

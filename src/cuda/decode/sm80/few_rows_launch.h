@@ -1,7 +1,7 @@
 #pragma once
 // Host-side launchers of the few-row decode kernels (few_rows.cuh: q bf16, h_q <= 16, sm_80+; sparse: fp8_ds_v4 in V4's
-// geometry, fp8_ds_mla and fp8_e4m3 in V3's; dense with one query token: fp8_ds_mla, fp8_e4m3) and their occupancy queries. Chosen by
-// host_sm80.cpp (use_few_rows) only; the portable kernel stays the default elsewhere.
+// geometry, fp8_ds_mla and fp8_e4m3 in V3's; dense with one query token: fp8_ds_mla, fp8_e4m3) and their occupancy
+// queries. Chosen by host_sm80.cpp (use_few_rows) only; the portable kernel stays the default elsewhere.
 
 #include <cuda_runtime_api.h>
 

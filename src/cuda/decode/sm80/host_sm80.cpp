@@ -106,8 +106,9 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(&facts));
   Sm80Shape s;
+  const bool takes_few_rows = use_few_rows(rows, v);
   int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];  // 0: not asked yet; -1: does not fit this device
-  if (use_few_rows(rows, v) && few == 0) {
+  if (takes_few_rows && few == 0) {
     const int limit = facts->info.max_smem_per_block_optin;
     int n = 0;
     MLAKIT_TRY(few_rows_occupancy(v, limit, &n));
@@ -115,7 +116,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   }
   // One CTA per partition, all rows in it. A device whose blocks cannot hold the few-row kernel's shared memory (sm_86
   // and sm_89 allow 99 KB) takes the portable kernel below, which fits there.
-  if (use_few_rows(rows, v) && few > 0) {
+  if (takes_few_rows && few > 0) {
     s.row_groups = 1;
     s.row_blocks = 1;
     s.partitions = int64_t(facts->info.num_sms) * few;

@@ -19,6 +19,13 @@
 
 namespace mlakit::cuda::decode {
 
+/// 2 e4m3 values (low byte = element 0) -> bf16x2 bits, exactly, through fp16 and fp32 (e4m3x8_via_fp32's step).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t v) {
+  const uint32_t h = e4m3x2_to_half2(v);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_float2<true>(f.x, f.y);
+}
+
 /// 8 e4m3 values (byte k = element k) through fp32: pack(float2 of a pair) gives each output pair's bits.
 template <class Pack>
 __device__ __forceinline__ uint4 e4m3x8_via_fp32(uint2 in, Pack pack) {
