@@ -4,15 +4,21 @@
 #   dsv4:  decode_few_rows_dsv4 (512 columns: 7 e4m3 slices with UE8M0 scales, warp 7 the RoPE slice, V = whole row);
 #   dsmla: decode_few_rows_dsmla (576 columns: 8 e4m3 slices with fp32 scales of 128 columns, the RoPE part as one
 #          m16n8k8 step per warp, V = the first 512 columns).
-# It checks Q's and K's d-permutation, the scales applied to partial S and to P, the S-partial / P layouts and the V
-# addresses with float64 values (indices, not rounding); for dsmla also the gather's scatter of a 656-byte row into the
-# stage's e4m3 / RoPE areas and the small slot's [group][token] scales, byte for byte, and the shared-memory bank
-# pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy map (32 rows by
-# one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the scale table
-# (sc_tab) and the reads of both; for the prepared fp8_e4m3 kernel (smxx-few-rows-e4m3.patch) its gather and RoPE
-# reads byte for byte; for fp8_e4m3's packed P (smxx-few-rows-e4m3-packed-p.patch) the bf16 P store of (c) and the
-# ldmatrix.x4 A fragments of (e), byte for byte, bit-equal to the fp32 path's and through P V (and that a swapped
-# ldmatrix address map fails). Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# It checks Q's and K's d-permutation, the scales (dsmla: on the partial S and on P; dsv4, since
+# smxx-few-rows-v4-scaled-k.patch: on K's bf16 words in (a), one bf16x2 multiply per word by the scale table's word of
+# token 8 n + gid, the V slice stored from the same words, S unscaled and P packed to bf16 in (c) and read by
+# ldmatrix.x4 in (e); the scaled words against the reference's fp32 dequantised values e4m3 x 2^(e - 127), bit for bit,
+# and deliberate mistakes, which must fail), the S-partial / P layouts and the V addresses with float64 values (indices,
+# not rounding; but dsv4's K words and bf16 P with their rounding); for dsmla also the gather's scatter of a 656-byte
+# row into the stage's e4m3 / RoPE areas and the small slot's [group][token] scales, byte for byte, and the
+# shared-memory bank pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy
+# map (32 rows by one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the
+# scale table (sc_tab: bf16x2 words, warps 0-6 only) and the reads of both; UE8M0 x e4m3 in bf16 for all 256 x 254 pairs
+# against the fp32 route (as tests/gpu/test_dequant.cu) and exact for normal results; for the prepared fp8_e4m3 kernel
+# (smxx-few-rows-e4m3.patch) its gather and RoPE reads byte for byte; for fp8_e4m3's packed P
+# (smxx-few-rows-e4m3-packed-p.patch) the bf16 P store of (c) and the ldmatrix.x4 A fragments of (e), byte for byte,
+# bit-equal to the fp32 path's and through P V (and that a swapped ldmatrix address map fails). Usage: python3
+# docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
 
 H = 16; T = 32
@@ -56,7 +62,10 @@ def conflict_free(addrs, width):
     return True
 
 
-def run(fmt, rng):
+def run(fmt, rng, mutate=None):
+    """mutate (dsv4 only, each must fail): "tok_2tig" K's scale of token 8 n + 2 tig (the C column's) instead of
+    8 n + gid; "group" the scale of group g + 1; "v_unscaled" the V slice from the unscaled words; "p_scaled" P still
+    times the scales (kTokenScales left on); "warp7_table" the RoPE warp reads (and multiplies by) its table row."""
     mla = fmt == "dsmla"
     D = 576 if mla else 512
     n_fp8 = 8 if mla else 7                 # e4m3 slices
@@ -66,12 +75,25 @@ def run(fmt, rng):
         scale = rng.uniform(0.3, 3.0, size=(T, 4))             # any fp32 per token and 128-column group
         sc_of = lambda tok, g: scale[tok, g // 2] if g < 8 else 1.0  # slice g -> group g // 2
     else:
-        scale = 2.0 ** rng.integers(-3, 4, size=(T, 7))        # UE8M0 per token, group g = dims [64g, 64g+64)
+        # e4m3 values (every finite code) and bf16 RoPE values; UE8M0 exponents per token and group g = dims
+        # [64 g, 64 g + 64) over a range wide enough that a wrong token or group shows
+        codes = rng.integers(0, 256, size=(T, 448))
+        codes[(codes & 0x7F) == 0x7F] = 0  # no NaN codes
+        Kraw[:, :448] = e4m3_value(codes)
+        Kraw[:, 448:] = round_bf16(Kraw[:, 448:])
+        ue8m0 = rng.integers(127 - 20, 127 + 21, size=(T, 7))
+        scale = np.ldexp(1.0, ue8m0 - 127)
         sc_of = lambda tok, g: scale[tok, g] if g < 7 else 1.0
+        # sc_tab: lane l of warp g < 7 writes token l's scale of group g as a bf16x2 word (both halves the bf16 of
+        # ue8m0_to_float); warp 7's row is never written (NaN: a read of it fails)
+        sc_tab = np.full((8, 32), np.nan)
+        for g in range(7):
+            for l in range(32):
+                sc_tab[g][l] = round_bf16(np.float32(scale[l, g]))
     Kfull = Kraw.copy()
     for g in range(n_fp8):
         for tok in range(T):
-            Kfull[tok, 64*g:64*g+64] *= sc_of(tok, g)
+            Kfull[tok, 64*g:64*g+64] *= sc_of(tok, g)   # the reference: e4m3 x 2^(e - 127) in fp32 (exact)
 
     # ---- per warp g: Q K^T over slice g (+ dsmla: RoPE columns 512 + [8 g, 8 g + 8) as one m16n8k8 step) ----
     spart = np.zeros((8, H, T))
@@ -90,8 +112,19 @@ def run(fmt, rng):
                 gid, tig = l // 4, l % 4
                 tok = 8*n + gid
                 vals = Kraw[tok, 64*g+16*tig: 64*g+16*tig+16]   # the 16 bytes (fp8) or 32 bytes (RoPE), natural order
+                raw = vals
+                if not mla and (g < 7 or mutate == "warp7_table"):
+                    # dsv4 (a): the 8 bf16x2 words times the scale word of token tok, group g (sc_tab[g][tok],
+                    # written by lane tok of this warp before the __syncwarp), one bf16x2 multiply each
+                    tok_s = 8*n + 2*tig if mutate == "tok_2tig" else tok
+                    g_s = (g + 1) % 7 if mutate == "group" else g
+                    s2 = sc_tab[g_s][tok_s]
+                    assert not np.isnan(s2), "sc_tab row read before (or without) being written"
+                    vals = round_bf16(vals * s2)  # __hmul2: the exact product rounded once to bf16
+                    if mutate is None:  # exact: the reference's fp32 dequantised values, bit for bit
+                        assert (vals == Kfull[tok, 64*g+16*tig: 64*g+16*tig+16]).all(), "scaled K word inexact"
                 kb[l] = [vals[2*i:2*i+2] for i in range(8)]
-                vslice[g, tok, 16*tig:16*tig+16] = vals       # STS.128 x2 at row tok, byte 32 tig
+                vslice[g, tok, 16*tig:16*tig+16] = raw if mutate == "v_unscaled" else vals  # STS.128 x2, row tok
             for s in range(4):
                 acc[n] = mma([qa[l][s] for l in range(32)], [[kb[l][2*s], kb[l][2*s+1]] for l in range(32)], acc[n])
         if mla:
@@ -119,7 +152,7 @@ def run(fmt, rng):
             for n in range(4):
                 for j in range(2):
                     tokc = 8*n + 2*tig + j
-                    s_ = 1.0 if mla else sc_of(tokc, g)   # dsmla: scaled before the RoPE step
+                    s_ = 1.0   # dsmla: scaled before the RoPE step; dsv4: K carries the scale
                     spart[g, gid, tokc] = acc[n][l][j] * s_
                     spart[g, gid+8, tokc] = acc[n][l][2+j] * s_
     S = spart.sum(0)
@@ -127,10 +160,16 @@ def run(fmt, rng):
     # ---- (c) per warp: rows 2g, 2g+1 (use plain P = exp(S - max) for the check) ----
     P = np.exp(S - S.max(1, keepdims=True))
     Pm = np.zeros((H, T))
+    pb = np.full(16 * 80, -1, dtype=np.int64)  # dsv4: bf16 P, [head][token] at kPbStride 80 B, in P's area
     for g in range(8):
         for l in range(32):
             srow = 2*g + l//16; scol = 2*(l % 16)
             Pm[srow, scol:scol+2] = P[srow, scol:scol+2]
+            if not mla:  # pack_float2<true>(s0, s1) at P area + srow * 80 + 2 scol
+                a = srow*80 + 2*scol
+                assert (pb[a:a+4] == -1).all(), "a byte of P stored twice"
+                w = bf16_bits(np.float32(P[srow, scol])) | bf16_bits(np.float32(P[srow, scol+1])) << 16
+                pb[a:a+4] = [(w >> (8*i)) & 0xFF for i in range(4)]
     # ---- (e) per warp: O slice (V = the first 512 columns in both formats) ----
     O = np.zeros((H, 512))
     for g in range(8):
@@ -138,14 +177,25 @@ def run(fmt, rng):
         V = vslice[g]  # dsv4 warp 7: the raw RoPE area, same layout
         for kk in range(2):
             pa = {}
-            for l in range(32):
-                gid, tig = l // 4, l % 4
-                pa[l] = [None]*4
-                for h in range(2):
-                    n = 2*kk + h; col = 8*n + 2*tig
-                    sc = np.array([sc_of(col, g), sc_of(col+1, g)])
-                    pa[l][2*h] = Pm[gid, col:col+2] * sc
-                    pa[l][2*h+1] = Pm[gid+8, col:col+2] * sc
+            if mla:
+                for l in range(32):
+                    gid, tig = l // 4, l % 4
+                    pa[l] = [None]*4
+                    for h in range(2):
+                        n = 2*kk + h; col = 8*n + 2*tig
+                        sc = np.array([sc_of(col, g), sc_of(col+1, g)])
+                        pa[l][2*h] = Pm[gid, col:col+2] * sc
+                        pa[l][2*h+1] = Pm[gid+8, col:col+2] * sc
+            else:  # dsv4: ldmatrix.x4 of bf16 P at P area + (l % 8 + ((l / 8) % 2) * 8) * 80 + (l / 16) * 16 + 32 kk
+                frag = ldmatrix([(l % 8 + ((l // 8) % 2) * 8)*80 + (l // 16)*16 + 32*kk for l in range(32)], pb)
+                for l in range(32):
+                    pa[l] = [np.array(bf16_word_values(frag[l][r])) for r in range(4)]
+                    if mutate == "p_scaled":  # the old scales on P as well (kTokenScales left on)
+                        tig = l % 4
+                        for h in range(2):
+                            col = 8*(2*kk + h) + 2*tig
+                            sc = np.array([sc_of(col, g), sc_of(col+1, g)])
+                            pa[l][2*h] = pa[l][2*h] * sc; pa[l][2*h+1] = pa[l][2*h+1] * sc
             for np_ in range(4):
                 rows = []
                 for l in range(32):
@@ -160,7 +210,53 @@ def run(fmt, rng):
             for n in range(8):
                 col = 64*g + 8*n + 2*tig
                 O[gid, col:col+2] = o[n][l][0:2]; O[gid+8, col:col+2] = o[n][l][2:4]
-    assert np.allclose(O, Pm @ Kfull[:, :512]), fmt + ": O mismatch"
+    if mla:
+        assert np.allclose(O, Pm @ Kfull[:, :512]), fmt + ": O mismatch"
+    else:  # P unscaled, rounded to bf16 once, times the dequantised V (= K) of the reference
+        assert (pb[:16*80].reshape(16, 80)[:, :64] >= 0).all(), "a byte of bf16 P not written in (c)"
+        Pb = round_bf16(P.astype(np.float32))
+        assert np.allclose(O, Pb @ Kfull[:, :512]), fmt + ": O mismatch"
+
+
+def e4m3_value(code):  # e4m3 (fn) codes -> float64 values (0x7F / 0xFF: NaN)
+    code = np.asarray(code)
+    sgn = np.where(code & 0x80, -1.0, 1.0)
+    e, m = (code >> 3) & 15, code & 7
+    v = np.where(e == 0, m * 2.0**-9, (1 + m / 8.0) * np.exp2(e - 7.0))
+    return np.where((code & 0x7F) == 0x7F, np.nan, sgn * v)
+
+
+def round_bf16(x):  # float64 -> nearest bf16 value (ties to even; subnormals down to 2^-133; overflow -> inf)
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ax = np.abs(x)
+        _, e = np.frexp(ax)                                # ax = f 2^e, f in [0.5, 1): leading bit 2^(e - 1)
+        q = np.exp2(np.maximum(e - 8, -133).astype(np.float64))  # 8 significant bits, the subnormal quantum 2^-133
+        r = np.where(np.isfinite(ax), np.rint(ax / np.where(np.isfinite(ax), q, 1.0)) * q, ax)
+        r = np.where(r >= 2.0**128, np.inf, r)
+        return np.copysign(r, x)
+
+
+def pow2_bf16_route():
+    """dsv4's K words: bf16(e4m3) x bf16(ue8m0_to_float(e)) rounded once to bf16 (bf16x2_mul; the portable and
+    Hopper kernels' e4m3x8_pow2_scaled_to_bf16) against the fp32 route (fp32 product rounded to fp32, then to bf16), for
+    every finite code and all 256 exponents (e = 0: the subnormal 2^-127, 255: +inf), as tests/gpu/test_dequant.cu does
+    on the device; and equal to the reference's value e4m3 x 2^(e - 127) wherever that is a normal bf16 or zero."""
+    codes = np.array([c for c in range(256) if (c & 0x7F) != 0x7F])
+    v = e4m3_value(codes)[None, :]
+    e = np.arange(256)[:, None]
+    s = np.where(e == 255, np.inf, np.ldexp(1.0, e - 127))             # ue8m0_to_float
+    s_bf16 = round_bf16(np.float32(s).astype(np.float64))              # __float2bfloat162_rn
+    assert (s_bf16 == s).all(), "a UE8M0 scale not exact in bf16"
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = v * s                                                  # exact in float64 (4 x 1 significant bits)
+        got = round_bf16(v * s_bf16)                                   # __hmul2: exact product, one rounding
+        want = round_bf16(exact.astype(np.float32).astype(np.float64))  # e4m3x8_scaled_to<true>: fp32, then bf16
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), "bf16 route != fp32 route"
+    normal = (np.abs(exact) >= 2.0**-126) & (np.abs(exact) < 2.0**128) | (exact == 0)
+    assert (got[normal] == exact[normal]).all(), "bf16 route inexact for a normal result"
+    assert normal[114:242].all(), "the writer's scales (2^-13 .. 2^114) give normal results only"
 
 
 def ldmatrix(rowaddr, mem):  # non-transposed x4: lanes 8 j .. 8 j + 7 give the 16-byte rows of matrix j
@@ -391,23 +487,29 @@ def dsv4_bytes(rng):
         assert (writes[a+128:a+144] == 0).all(), "RoPE row padding untouched"
         a = SCALE_OFF + tok*8; assert (writes[a:a+8] == 1).all()
         assert (stage[a:a+8] == (scl_blk[tok] if row_ok[tok] else 0)).all()
-    # the scale table: lane l of warp g decodes byte g of token l's block (1 for the RoPE warp); (b) and (e) read
-    # float2 at sc_tab[g][8 n + 2 tig] for tokens 8 n + 2 tig + j
-    sc_tab = np.zeros((8, 32))
-    for g in range(8):
+    # the scale table: lane l of warp g < 7 decodes byte g of token l's block into a bf16x2 word (both halves the bf16
+    # of ue8m0_to_float; invalid rows: byte 0, the subnormal 2^-127 (0x0040) times K's zeros); the RoPE warp writes
+    # none. (a) reads the 32-bit word sc_tab[g][8 n + gid] for K's B column, token 8 n + gid
+    sc_tab = np.full(8 * 32, -1, dtype=np.int64)  # words; -1: never written
+    for g in range(7):
         for l in range(32):
-            sc_tab[g][l] = 2.0 ** (int(stage[SCALE_OFF + l*8 + g]) - 127) if g < 7 else 1.0
+            e = int(stage[SCALE_OFF + l*8 + g])
+            bits = bf16_bits(np.uint32(0x00400000 if e == 0 else e << 23).view(np.float32))  # ue8m0_to_float, rn
+            sc_tab[g*32 + l] = bits | bits << 16
+    assert (sc_tab[7*32:] == -1).all(), "the RoPE warp writes no sc_tab row"
     for g in range(8):
         for n in range(4):
-            addrs = []
-            for l in range(32):
-                tig = l % 4
-                a = g*128 + 4*(8*n + 2*tig); addrs.append(a)
-                for j in range(2):
-                    tok = 8*n + 2*tig + j
-                    want = 2.0 ** (int(scl_blk[tok][g] if row_ok[tok] else 0) - 127) if g < 7 else 1.0
-                    assert sc_tab[g][(a - g*128) // 4 + j] == want
-            assert conflict_free(addrs, 8), "sc_tab LDS.64 conflicts"
+            if g < 7:
+                addrs = []
+                for l in range(32):
+                    gid = l // 4
+                    a = g*128 + 4*(8*n + gid); addrs.append(a)
+                    tok = 8*n + gid
+                    e = int(scl_blk[tok][g]) if row_ok[tok] else 0
+                    want = bf16_bits(np.float32(np.ldexp(1.0, e - 127)))
+                    assert sc_tab[a // 4] == want | want << 16, "sc_tab word != the token's scale"
+                    assert want == (0x0040 if e == 0 else e << 7)
+                assert conflict_free(addrs, 4), "sc_tab LDS.32 conflicts"
             # K (g < 7): LDS.128 at tok * 448 + 64 g + 16 tig; RoPE (warp 7): LDS.128 x2 at tok * 144 + 32 tig (+ 16)
             for half in (range(2) if g == 7 else range(1)):
                 addrs = []
@@ -425,6 +527,13 @@ def dsv4_bytes(rng):
 rng = np.random.default_rng(1)
 for fmt in ("dsv4", "dsmla"):
     run(fmt, rng)
+pow2_bf16_route()
+for mutate in ("tok_2tig", "group", "v_unscaled", "p_scaled", "warp7_table"):  # the dsv4 check can fail
+    try:
+        run("dsv4", np.random.default_rng(2), mutate)
+        raise SystemExit("dsv4 scaled K: mutation " + mutate + " passed")
+    except AssertionError:
+        pass
 dsmla_bytes(rng)
 e4m3_bytes(rng)
 dsv4_bytes(rng)
@@ -434,6 +543,7 @@ try:  # the check can fail: ldmatrix's matrices 1 and 2 exchanged (heads 8-15 <-
     raise SystemExit("packed P: a swapped ldmatrix address map passed")
 except AssertionError:
     pass
-print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P, "
-      "ldmatrix.trans V; dsmla and e4m3 gather bytes and bank patterns; dsv4 gather-warp copy map, scale table and "
-      "reads; e4m3 packed P (bf16 store, ldmatrix.x4 A fragments)")
+print("S and O match for dsv4 and dsmla: fragment maps, d-permutation, m16n8k8 RoPE step, scales on S and P (dsmla) "
+      "or on K's bf16 words (dsv4: exact, V from the same words, S and P unscaled, P packed and read by ldmatrix), "
+      "ldmatrix.trans V; UE8M0 x e4m3 bf16 route; dsmla and e4m3 gather bytes and bank patterns; dsv4 gather-warp "
+      "copy map, scale table (bf16x2) and reads; e4m3 packed P (bf16 store, ldmatrix.x4 A fragments)")

@@ -458,6 +458,19 @@ TEST_P(DecodeFewRows, OneTokenMatchesReference) {
             run_and_check(c, /*scale_on_device=*/true, be);
             if (HasFatalFailure()) return;
           }
+          // q past fp16's range (65504), then so small that fp16 would keep only a few bits of it: the kernel's fp16
+          // operands take q divided by a power of two and multiply the partial scores back (few_rows.cuh, q_to_f16);
+          // without that both would fail. The softmax scale keeps the logits as above.
+          for (const float q_range : {2.0e5f, 1.0e-6f}) {
+            SCOPED_TRACE("q_range " + std::to_string(q_range));
+            DecodeCaseConfig qc = cfg;
+            qc.q_range = q_range;
+            qc.softmax_scale = kDeepSeekSoftmaxScale / q_range;
+            qc.seed = ++seed;
+            DecodeCase qcase = DecodeCase::generate(qc);
+            run_and_check(qcase, /*scale_on_device=*/false, be);
+            if (HasFatalFailure()) return;
+          }
         }
       }
     }

@@ -39,52 +39,67 @@
 //   k = 2tig + 8 + e  (e = 0, 1) -> 16 tig + 4 s + 2 + e,
 // a bijection of 16 k x 4 steps onto the 64 dimensions. So thread (gid, tig) needs, for all 4 steps, exactly the 16
 // consecutive dimensions [16 tig, 16 tig + 16) of its B column (token gid of the n-tile) and of its A rows (heads gid
-// and gid + 8); with those 16 values as 8 bf16x2 words w[0..7] in natural order (w[i] = dims 2i, 2i + 1):
+// and gid + 8); with those 16 values as 8 16-bit pair words w[0..7] in natural order (w[i] = dims 2i, 2i + 1):
 //   step s: a = {q_lo.w[2s], q_hi.w[2s], q_lo.w[2s+1], q_hi.w[2s+1]} (q_lo: head gid, q_hi: head gid + 8),
 //           b0 = k.w[2s], b1 = k.w[2s+1].
-// For an e4m3 slice the 16 values are one conflict-free 16-byte LDS of raw bytes and 8 exact e4m3x2 -> bf16x2
-// conversions, unscaled; for V4's RoPE slice they are two 16-byte LDS of bf16. Q's A fragments are loaded with the
-// same map straight from global memory, once per piece, and stay in registers. DsMla's RoPE step keeps the identity
-// map: k = 2tig + e -> RoPE column 8 g + 2 tig + e, one 4-byte LDS of K per token and one Q word per head.
+// For an e4m3 slice the 16 values are one conflict-free 16-byte LDS of raw bytes and 8 exact e4m3x2 -> bf16x2 (E4m3:
+// fp16x2) conversions (DsV4: then times the token's scale, see "Scales"); for V4's RoPE slice they are two 16-byte
+// LDS of bf16. Q's A fragments are loaded with the same map straight from global memory, once per piece, and stay in
+// registers. DsMla's RoPE step keeps the identity map: k = 2tig + e -> RoPE column 8 g + 2 tig + e, one 4-byte LDS
+// of K per token and one Q word per head.
 //
-// Scales on S and P (study 5.4, 8.2). An e4m3 slice has one scale per token: V4's s = 2^(e - 127), V3.2's fp32 s of
-// group g / 2. The partial S_g (fp32) is multiplied by it per C column (token), and P by the same scale before it is
+// Scales (study 5.4, 8.2). An e4m3 slice has one scale per token: V4's s = 2^(e - 127), V3.2's fp32 s of group g / 2.
+// V4's is a power of two, so e4m3 x s is exact in bf16 (outside bf16's range ends, as on the Hopper path's producer):
+// warp g multiplies the 16 values it converts for K (and stores as V) by the token's s, one bf16x2 multiply per word,
+// so S and P carry no scale and P is packed to bf16 once for every warp (as fp8_e4m3's, which has no scale per token).
+// V3.2's fp32 scale need not be a power of two: it stays on S and P. The partial S_g (fp32) is multiplied by it per C
+// column (token), and P by the same scale before it is
 // packed into A fragments for slice g's P V (the C columns of n-tile 2kk + h are the A k indices of P's k-step kk: the
 // same tokens). For a power of two this equals scaling the values (what the reference and kernel.cuh do) up to
 // summation order, outside overflow/underflow. For any other fp32 scale the one bf16 rounding moves from e4m3 x s (the
 // portable kernel) to P x s; e4m3 values are exact in bf16, so the output error bound halves (study 8.2). DsMla
 // scales its latent partial before the RoPE step accumulates into it (the RoPE part has no scale).
-// Each thread needs the scales of 8 tokens (8 n + 2 tig + j), twice per tile. DsV4 decodes its UE8M0 bytes once per
-// tile: lane l of warp g decodes token l's byte of group g into the warp's row of sc_tab (float [32], warp-private:
-// __syncwarp only), and both uses read it as 4 conflict-free float2 (LDS.64); warp 7's row (RoPE: no scale) is 1.
-// Decoding them where used cost 8 LDS.U8, 24 decode instructions and their addresses, each time (~80 of the ~690
-// instructions per warp per tile in the ncu profile of 9651a61). DsMla's fp32 scales are already stored as
-// [group][token] in their small slot: both uses read them there as 4 LDS.64.
+// DsV4 decodes its UE8M0 bytes once per tile: lane l of warp g < 7 decodes token l's byte of group g into the warp's
+// row of sc_tab (bf16x2 words [32], warp-private: __syncwarp only), and each thread reads the 4 of its K tokens
+// (8 n + gid) there. Decoding them where used cost LDS.U8s, decode instructions and their addresses each time (~80 of
+// the ~690 instructions per warp per tile in the ncu profile of 9651a61, when S and P were scaled). DsMla's thread
+// needs the scales of 8 tokens (8 n + 2 tig + j), twice per tile; its fp32 scales are stored as [group][token] in
+// their small slot: both uses read them there as 4 LDS.64.
+//
+// fp16 operands (E4m3 only, F::kF16Mma). e4m3 values are exact in fp16 and bf16 alike, but e4m3 -> fp16 is one
+// conversion per word (cvt.rn.f16x2.e4m3x2 on sm_89+) against four to bf16 (through fp16 and fp32): ~100 of the ~456
+// instructions per warp per tile in the ncu profile of 4f79735. So E4m3's K, V and P are fp16, and q, given in bf16,
+// is converted once per piece (q_to_f16: divided by a power of two first when its largest element would leave fp16's
+// range, the partial S multiplied back). P in [0, 1] gains precision in fp16 from 2^-17 up (11 significant bits against
+// 8); below, fp16's 2^-24 steps lose at most 2^-25 per token (times |V|) against the row's sum of at least 1. DsMla
+// and DsV4 stay in bf16: their scales (on S and P, or on K) would take P x s or K x s out of fp16's range.
 //
 // V (study 5.3). Warp g (V4: g < 7) stores the 8 words it converted for K (dimensions 16 tig .. 16 tig + 15 of token
-// gid of each n-tile, i.e. natural order) into its private bf16 slice [32 tokens][64 dims] (row stride 144 B), and P V
-// reads it with ldmatrix.x4.trans, as kernel.cuh reads its dequantised tile. V4's warp 7 reads V straight from the
-// stage's bf16 RoPE area (same stride 144 B). V3.2's V is its 8 e4m3 slices: every warp reads its private slice.
+// gid of each n-tile, i.e. natural order) into its private 16-bit (E4m3: fp16) slice [32 tokens][64 dims] (row stride
+// 144 B), and P V reads it with ldmatrix.x4.trans, as kernel.cuh reads its dequantised tile. V4's warp 7 reads V
+// straight from the stage's bf16 RoPE area (same stride 144 B). V3.2's V is its 8 e4m3 slices: every warp reads its
+// private slice.
 //
 // Per 32-token tile `it`, per warp:
-//   (a) DsV4: the token scales of group g decoded into sc_tab[g]. K fragments from the raw stage (+ the private V
-//       slice), Q K^T into acc[4 n-tiles]. DsV4's warp 7 (RoPE: no conversion, so idle here otherwise) is the gather
-//       warp: before its RoPE mma it gathers tile it + 2, all 32 rows, with the ids it read one tile earlier
-//       (id_ahead), and reads the ids of tile it + 3;
-//   (b) partial S scaled by the token scales, stored (fp32) to spart[g]; barrier A;
+//   (a) DsV4: the token scales of group g decoded into sc_tab[g]. K fragments from the raw stage (DsV4: times the
+//       token scales; + the private V slice), Q K^T into acc[4 n-tiles]. DsV4's warp 7 (RoPE: no conversion, so
+//       idle here otherwise) is the gather warp: before its RoPE mma it gathers tile it + 2, all 32 rows, with the
+//       ids it read one tile earlier (id_ahead), and reads the ids of tile it + 3;
+//   (b) partial S (DsMla: scaled by the token scales) stored (fp32) to spart[g]; barrier A;
 //       DsMla: then every warp gathers 4 rows of tile it + 2, with ids read one tile earlier (id_ahead), and reads
 //       the ids of tile it + 3;
 //   (c) warp g reduces rows 2g, 2g + 1 (lane: row 2g + lane / 16, tokens 2 (lane % 16) + {0, 1}) over the 8
 //       partials, masks ids that name no row, updates the running max (online softmax in base 2, fp32), stores P
-//       (fp32) and alpha; cp.async.wait_group for tile it + 1 (DsV4: a no-op but in the gather warp); barrier B;
-//   (e) O rescaled by alpha (skipped when every alpha of the warp's rows is 1), P fragments packed (times the scales),
-//       P V.
+//       (fp32; DsV4 and E4m3, whose S and P carry no scale: 16-bit, the mma operands' type) and alpha;
+//       cp.async.wait_group for tile it + 1 (DsV4: a no-op but in the gather warp); barrier B;
+//   (e) O rescaled by alpha (skipped when every alpha of the warp's rows is 1), P fragments packed (times the scales;
+//       DsV4, E4m3: loaded by ldmatrix), P V.
 // Two CTA barriers per tile. Invalid ids (negative, past their cache, past the piece) are zero-filled and masked out.
 // Rings. DsV4: 3 raw stages (tile it in stage it % 3, scales and valid flags inside it). The gather warp writes tile
 // it + 2 into stage (it + 2) % 3 = (it - 1) % 3 before barrier A of tile it: that stage's last readers were tile
 // it - 1's, every warp's (a) (K, scale bytes) before barrier A and (c) (valid flags) before barrier B of tile it - 1,
 // which the gather warp has passed, and the gather warp's own RoPE V reads in (e) of tile it - 1 (program order);
-// no other warp reads a raw stage in (e) (the scales come from sc_tab). Up to 995a95f every V4 warp gathered 4 rows
+// no other warp reads a raw stage in (e) (nor sc_tab: P carries no scale). Up to 995a95f every V4 warp gathered 4 rows
 // of tile it + 2 after barrier A and resolved its own ids: ~180 of the ~690 instructions per warp per tile, on all
 // 8 warps between the barriers (ncu profile of 9651a61); one warp now does them once, in time it had spare.
 // DsMla: nothing reads the raw e4m3 / RoPE bytes after (a) and (b) (the RoPE step runs in (b), before barrier A), so
@@ -94,12 +109,12 @@
 // idle before barrier A, and a gather there would need a third raw stage (+23,040 B: 130,848 B, past the 115,456 B
 // a CTA may take at 2 CTAs per SM).
 //
-// The index maps above (Q and K fragments, the d-permutation, DsMla's RoPE step, scales on S and P, the S partial
-// and P layouts, the V ldmatrix.trans addresses) are emulated against plain matrix products by
+// The index maps above (Q and K fragments, the d-permutation, DsMla's RoPE step, DsV4's scales on K and DsMla's on S
+// and P, the S partial and P layouts, the V ldmatrix.trans addresses) are emulated against plain matrix products by
 // docs/experiments/smxx-sparse-few-rows-fragsim.py.
-// Known edges: a UE8M0 exponent of 255 (+inf scale) or 0 (2^-127), or an fp32 scale near the float range, applied to
-// S and P instead of to the values can differ from the reference where it overflows or underflows (study section 6,
-// risk 5; section 8.2).
+// Known edges: DsMla's fp32 scale near the float range, applied to S and P instead of to the values, can differ from
+// the reference where it overflows or underflows (study section 6, risk 5; section 8.2). DsV4 scales K as the portable
+// kernel does (bf16, exact for normal results), its edges at exponents 0 and 255 the portable kernel's.
 // Include only from instantiations/*_few_rows.cu: each defines its non-template __global__ around
 // decode_few_rows_body<Format, kSparse>.
 
@@ -126,8 +141,8 @@ namespace few_rows {
 
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
-/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v, sm_80 / sm_90a, no spills: DsV4 122 / 127,
-/// DsMla 123 / 124 registers).
+/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v, sm_80 / sm_90a, no spills: DsV4 122 / 126,
+/// DsMla 123 / 124, E4m3 122 / 120 dense and 127 / 121 sparse registers).
 inline constexpr int kMinBlocks = 2;
 inline constexpr int kRows = 16;        // mma M: heads of one query token (h_q <= 16)
 inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's tile shift 5)
@@ -138,6 +153,10 @@ inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a privat
 inline constexpr int kVSliceBytes = kTile * kVStride;  // 4,608
 inline constexpr int kSPartStride = 40;  // floats per row of a partial S: 8 gid x 2 tig stores hit 32 distinct banks
 inline constexpr int kPStride = 40;      // floats per row of P: the A-fragment LDS.64 (rows gid, cols 2 tig) likewise
+// Bytes per row of P in 16 bits (formats without token scales, packed in (c) and read by ldmatrix in (e)): 32 tokens x
+// 2 B + 16, so the 8 rows of an ldmatrix matrix start in 8 distinct 16-byte bank groups (80 r mod 128). In P's area.
+inline constexpr int kPbStride = kTile * 2 + 16;
+static_assert(kRows * kPbStride <= kRows * kPStride * 4);
 static_assert(kVStride == kRopeStride, "V4's RoPE warp reads V from the raw RoPE area with the private slices' code");
 static_assert(kSlice * kWarps == kDimV, "P V: warp g owns output columns [64 g, 64 g + 64)");
 
@@ -149,9 +168,11 @@ struct DsV4 {
   static constexpr bool kRopeSplit = false;             // the RoPE part is warp 7's slice
   static constexpr int kRawRing = 3;                    // raw stages; scales and valid flags inside them
   static constexpr bool kSmallRing = false;
-  static constexpr bool kScaleTable = true;  // UE8M0 bytes decoded once per tile into sc_tab (float [kWarps][32])
-  static constexpr bool kTokenScales = true;  // a scale per token and group, on the partial S and on P
+  static constexpr bool kScaleTable = true;   // UE8M0 bytes decoded once per tile into sc_tab, K scaled in (a)
+  static constexpr bool kTokenScales = false;  // (so S and P carry none)
+  static_assert(!(kScaleTable && kTokenScales), "a scale on K and on S / P would apply it twice");
   static constexpr bool kRopeE4m3 = false;    // the RoPE part is bf16
+  static constexpr bool kF16Mma = false;      // bf16 operands (the scales multiply S and P: see "fp16 operands")
   /// The warp that gathers every tile's rows (before barrier A, into stage (it - 1) % 3, ids from IdRows): the RoPE
   /// warp, which has no conversion to do before barrier A.
   static constexpr int kGatherWarp = kFp8Slices;
@@ -177,6 +198,7 @@ struct DsMla {
   static constexpr bool kScaleTable = false;                 // fp32 scales, read from the small slot (LDS.64)
   static constexpr bool kTokenScales = true;                 // fp32 group scales on the partial S and on P
   static constexpr bool kRopeE4m3 = false;                   // the RoPE part is bf16
+  static constexpr bool kF16Mma = false;
   static constexpr int kGatherWarp = -1;  // none: every warp gathers 4 rows after barrier A (header: "Rings")
   static constexpr int kFp8Stride = ds_mla::kDimC + 64;  // 576 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
   static constexpr int kFp8Off = 0;
@@ -201,6 +223,7 @@ struct E4m3 {
   static constexpr bool kScaleTable = false;
   static constexpr bool kTokenScales = false;
   static constexpr bool kRopeE4m3 = true;
+  static constexpr bool kF16Mma = true;  // fp16 operands: e4m3 -> fp16 is one exact conversion (see "fp16 operands")
   static constexpr int kGatherWarp = -1;
   static constexpr int kFp8Stride = kDimV + 64;  // 576 B = 64 mod 128, as DsMla's
   static constexpr int kFp8Off = 0;
@@ -236,7 +259,7 @@ struct Layout {
   static constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;
   static constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;  // float [16]
   static constexpr int kStatOff = kAlphaOff + kRows * 4;          // float m[16], l[16] (epilogue)
-  static constexpr int kScTabOff = kStatOff + 2 * kRows * 4;  // float [kWarps][32] (F::kScaleTable): token scales
+  static constexpr int kScTabOff = kStatOff + 2 * kRows * 4;  // bf16x2 [kWarps][32] (F::kScaleTable): token scales
   static constexpr int kIdRowsOff = kScTabOff + (F::kScaleTable ? kWarps * kTile * 4 : 0);  // IdRows (gather warp)
   static constexpr int kValidSlots = F::kSmallRing ? 3 : F::kRawRing;
   static constexpr int kValidOff = kIdRowsOff + (F::kGatherWarp >= 0 ? 32 : 0);  // uint8 [kValidSlots][32]
@@ -244,7 +267,7 @@ struct Layout {
   static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && F::kStageBytes % 16 == 0 &&
                 kSmallOff % 16 == 0 && kScTabOff % 16 == 0 && kIdRowsOff % 16 == 0);
   // The gather warp writes tile it + 2 into stage (it - 1) % 3 before barrier A of tile it: that needs 3 raw stages,
-  // no warp but the gather warp reading a stage in (e) (the scales from sc_tab, not the stage), and a warp with spare
+  // no warp but the gather warp reading a stage in (e) (the scales only in (a), from sc_tab), and a warp with spare
   // time before barrier A (V4's RoPE warp). Without one, every warp gathers after barrier A into tile it's stage,
   // whose scales and flags must then outlive it in the small ring.
   static_assert(F::kGatherWarp < 0 ? F::kSmallRing
@@ -272,6 +295,59 @@ __device__ __forceinline__ void e4m3x16_to_bf16(const uint4 raw, uint32_t (&w)[8
   const uint4 hi = e4m3x8_to<true>(make_uint2(raw.z, raw.w));
   w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
   w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+}
+
+/// 16 e4m3 bytes -> 8 fp16x2 words, exactly (word i = bytes 2i, 2i + 1, low byte in the low half): one conversion per
+/// word, against e4m3x16_to_bf16's four (through fp16 and fp32).
+__device__ __forceinline__ void e4m3x16_to_f16(const uint4 raw, uint32_t (&w)[8]) {
+  const uint32_t v[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = e4m3x2_to_half2(uint16_t(v[i / 2] >> (16 * (i % 2))));
+}
+
+/// fp16 operands (F::kF16Mma): this warp's q words (bf16x2: its slice's A fragments and its RoPE step's) into fp16x2,
+/// divided by a power of two 2^s (q_unscale = 2^s) when the warp's largest |q| lies outside [2^-6, 2^15): then the
+/// largest becomes one in [2^14, 2^15), below fp16's 65504, and the partial S is multiplied back by 2^s. Within that
+/// range s = 0 and the conversion is exact for |q| >= 2^-17 (fp16's subnormals hold bf16's 8 significant bits from
+/// there); smaller elements round to fp16's 2^-24 steps, an error of at most 2^-19 of the warp's largest |q| (bf16's
+/// own step is 2^-8 of an element). Infinite and NaN elements do not count in the largest |q| (so that one of them
+/// cannot leave a finite |q| >= 65520 of another head to overflow) and convert as themselves.
+__device__ __forceinline__ void q_to_f16(uint32_t (&qa)[4][4], uint32_t (&qr)[2], float& q_unscale) {
+  auto unpack = [](uint32_t w) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w)); };
+  auto finite_abs = [](float x) { return fabsf(x) < INFINITY ? fabsf(x) : 0.0f; };  // NaN and +-inf: 0
+  float m = 0.0f;
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = unpack(qa[s][j]);
+      m = fmaxf(m, fmaxf(finite_abs(f.x), finite_abs(f.y)));
+    }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float2 f = unpack(qr[j]);
+    m = fmaxf(m, fmaxf(finite_abs(f.x), finite_abs(f.y)));
+  }
+#pragma unroll
+  for (int x = 16; x >= 1; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+  int sh = 0;
+  if (m >= 32768.0f || (m > 0.0f && m < 0.015625f)) {
+    // m's unbiased exponent e (fp32 subnormals read as -127), then s = e - 14, kept where 2^s and 2^-s are normal.
+    const int e = int((__float_as_uint(m) >> 23) & 0xffu) - 127;
+    sh = min(max(e - 14, -126), 113);
+  }
+  const float mul = __uint_as_float(uint32_t(127 - sh) << 23);  // 2^-s, exact
+  q_unscale = __uint_as_float(uint32_t(127 + sh) << 23);
+  auto convert = [&](uint32_t w) {
+    const float2 f = unpack(w);
+    return pack_float2<false>(f.x * mul, f.y * mul);
+  };
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) qa[s][j] = convert(qa[s][j]);
+  qr[0] = convert(qr[0]);
+  qr[1] = convert(qr[1]);
 }
 
 /// threadIdx.x read afresh (volatile, so never hoisted or kept): offsets derived from it are recomputed where they are
@@ -331,6 +407,10 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   constexpr int kFp8Off = F::kFp8Off, kRopeOff = F::kRopeOff, kScaleOff = F::kScaleOff;
   constexpr int kFp8Stride = F::kFp8Stride, kStageBytes = F::kStageBytes, kRing = F::kRawRing;
   constexpr int kFp8Slices = F::kFp8Slices;
+  constexpr bool kBf16Mma = !F::kF16Mma;  // the mma operands' type: bf16, or fp16 (q, K, V and P alike)
+  // fp16 operands are written for E4m3's shape only: the RoPE step split over the warps (where q's prescale is undone),
+  // e4m3 RoPE bytes, no token scales (P packed once), no bf16 RoPE warp.
+  static_assert(!F::kF16Mma || (F::kRopeSplit && F::kRopeE4m3 && !F::kTokenScales));
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = smem_addr(smem);
   float* const spart = reinterpret_cast<float*>(smem + L::kSPartOff);  // [kWarps][kRows][kSPartStride]
@@ -338,7 +418,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   float* const alpha_sm = reinterpret_cast<float*>(smem + L::kAlphaOff);
   float* const stat_m = reinterpret_cast<float*>(smem + L::kStatOff);
   float* const stat_l = stat_m + kRows;
-  float* const sc_tab = reinterpret_cast<float*>(smem + L::kScTabOff);  // DsV4: [kWarps][kTile]
+  uint32_t* const sc_tab = reinterpret_cast<uint32_t*>(smem + L::kScTabOff);  // DsV4: bf16x2 [kWarps][kTile]
   IdRows* const id_rows = reinterpret_cast<IdRows*>(smem + L::kIdRowsOff);  // DsV4 (the gather warp's)
   uint8_t* const row_valid = smem + L::kValidOff;
 
@@ -376,6 +456,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     // ---- Q: this thread's A-fragment words for its slice, heads gid and gid + 8 (zero past h_q) ----
     uint32_t qa[4][4];  // [k-step s][a0..a3]
     uint32_t qr[2];     // DsMla: the RoPE step's a0 (head gid), a1 (head gid + 8): RoPE columns 8 g + 2 tig, + 1
+    float q_unscale = 1.0f;  // F::kF16Mma: 2^s, the factor this warp's q was divided by (warp-uniform)
     {
       // 32-bit loads, one per fragment register (16 per piece): with 16-byte loads ptxas kept the loaded words and
       // rebuilt each 4-register A operand with 4 moves before every mma, which also cost 4 registers.
@@ -401,6 +482,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       } else {
         qr[0] = qr[1] = 0u;
       }
+      if constexpr (F::kF16Mma) q_to_f16(qa, qr, q_unscale);
     }
 
     // ---- gather: ids one tile before their rows (so no id load is consumed in the tile that issues it) ----
@@ -545,25 +627,15 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
       // Thread indices are read afresh in each phase (fresh_tid): offsets derived from them are then recomputed per
       // phase rather than held through the whole tile loop.
       const uint32_t st = smem_base + kStagesOff + stage * kStageBytes;
-      // The scales (slice g's group) of this thread's C columns / P's A k indices: tokens 8 n + 2 tig + j.
+      // DsMla: the scales (slice g's group) of this thread's C columns / P's A k indices, tokens 8 n + 2 tig + j: fp32
+      // group g / 2 of tokens 8 n + 2 tig, + 1, one LDS.64 of the [group][token] slot per n-tile.
       auto token_scales = [&](float (&sc)[4][2], int g, int tig) {
-        if constexpr (F::kScaleTable) {
-          // Decoded in (a) into the warp's row of sc_tab (1 for the RoPE warp): one conflict-free LDS.64 per n-tile.
+        const uint32_t s_base = smem_base + L::kSmallOff + sslot * F::kSmallSlotBytes + (g / 2) * kTile * 4 + 8 * tig;
 #pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const float2 v = *reinterpret_cast<const float2*>(sc_tab + g * kTile + 8 * n + 2 * tig);
-            sc[n][0] = v.x;
-            sc[n][1] = v.y;
-          }
-        } else {
-          // fp32 group g / 2 of tokens 8 n + 2 tig, + 1: one LDS.64 of the [group][token] slot per n-tile.
-          const uint32_t s_base = smem_base + L::kSmallOff + sslot * F::kSmallSlotBytes + (g / 2) * kTile * 4 + 8 * tig;
-#pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const float2 v = lds64f(s_base + 32 * n);
-            sc[n][0] = v.x;
-            sc[n][1] = v.y;
-          }
+        for (int n = 0; n < 4; ++n) {
+          const float2 v = lds64f(s_base + 32 * n);
+          sc[n][0] = v.x;
+          sc[n][1] = v.y;
         }
       };
       {
@@ -578,24 +650,39 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // they are rewritten; and V4's gather warp's reads of the raw RoPE area of stage (it - 1) % 3 (its own V).
         __syncwarp();
         if constexpr (F::kScaleTable) {
-          // This tile's token scales of group g, decoded once: token `lane` into sc_tab[g][lane] (read in (b) and
-          // (e)); 1 for the RoPE warp.
-          sc_tab[g * kTile + lane] =
-              g < kFp8Slices ? ue8m0_to_float(smem[kStagesOff + stage * kStageBytes + kScaleOff +
-                                                   lane * F::kScaleStride + g])
-                             : 1.0f;
+          // This tile's token scales of group g, decoded once: token `lane` into sc_tab[g][lane] as a bf16x2 word
+          // (exact: a power of two), read below by the threads whose K column it is.
+          if (g < kFp8Slices) {
+            const float s =
+                ue8m0_to_float(smem[kStagesOff + stage * kStageBytes + kScaleOff + lane * F::kScaleStride + g]);
+            const __nv_bfloat162 s2 = __float2bfloat162_rn(s);
+            sc_tab[g * kTile + lane] = *reinterpret_cast<const uint32_t*>(&s2);
+          }
+          __syncwarp();  // sc_tab[g] complete
         }
         if (F::kRopeSplit || g < kFp8Slices) {
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
             const int tok = 8 * n + gid;
             uint32_t kb[8];
-            e4m3x16_to_bf16(lds128(st + kFp8Off + tok * kFp8Stride + kSlice * g + 16 * tig), kb);
+            const uint4 raw = lds128(st + kFp8Off + tok * kFp8Stride + kSlice * g + 16 * tig);
+            if constexpr (F::kScaleTable) {  // DsV4: K (and so V) times the token's scale, exactly (dequant.cuh)
+              const uint32_t s2w = sc_tab[g * kTile + tok];
+              const __nv_bfloat162 s2 = *reinterpret_cast<const __nv_bfloat162*>(&s2w);
+              const uint4 lo = e4m3x8_pow2_scaled_to_bf16(make_uint2(raw.x, raw.y), s2);
+              const uint4 hi = e4m3x8_pow2_scaled_to_bf16(make_uint2(raw.z, raw.w), s2);
+              kb[0] = lo.x, kb[1] = lo.y, kb[2] = lo.z, kb[3] = lo.w;
+              kb[4] = hi.x, kb[5] = hi.y, kb[6] = hi.z, kb[7] = hi.w;
+            } else if constexpr (F::kF16Mma) {
+              e4m3x16_to_f16(raw, kb);
+            } else {
+              e4m3x16_to_bf16(raw, kb);
+            }
             // V: the same 16 values, natural order, into row tok, dims 16 tig .. 16 tig + 15 of the private slice.
             sts128(vslice + tok * kVStride + 32 * tig, make_uint4(kb[0], kb[1], kb[2], kb[3]));
             sts128(vslice + tok * kVStride + 32 * tig + 16, make_uint4(kb[4], kb[5], kb[6], kb[7]));
 #pragma unroll
-            for (int s = 0; s < 4; ++s) mma_16816<true>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
+            for (int s = 0; s < 4; ++s) mma_16816<kBf16Mma>(acc[n], qa[s], kb[2 * s], kb[2 * s + 1]);
           }
         } else {  // V4's RoPE warp (= F::kGatherWarp): bf16 already, two 16-byte LDS per token
           if constexpr (F::kGatherWarp >= 0) {
@@ -621,9 +708,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
           }
         }
 
-        // ---- (b) token scales of this thread's C columns (tokens 8 n + 2 tig + j), applied to the partial S ----
-        if constexpr (F::kScaleTable) __syncwarp();  // sc_tab[g] complete
-        float sc[4][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};  // E4m3: none (constant-folded)
+        // ---- (b) DsMla: token scales of the C columns (tokens 8 n + 2 tig + j), applied to the partial S ----
+        float sc[4][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};  // DsV4, E4m3: none (folded)
         if constexpr (F::kTokenScales) token_scales(sc, g, tig);
         float* my = spart + g * kRows * kSPartStride;
         if constexpr (F::kRopeSplit) {
@@ -640,11 +726,21 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
             // B = K[token][RoPE columns 8 g + 2 tig, + 1]: bf16 (DsMla), or 2 e4m3 bytes converted exactly (E4m3).
             uint32_t kr;
             if constexpr (F::kRopeE4m3) {
-              kr = e4m3x2_to_bf16x2(lds16(st + kRopeOff + tok * kRopeStride + 8 * g + 2 * tig));
+              const uint16_t pair = lds16(st + kRopeOff + tok * kRopeStride + 8 * g + 2 * tig);
+              kr = F::kF16Mma ? e4m3x2_to_half2(pair) : e4m3x2_to_bf16x2(pair);
             } else {
               kr = lds32(st + kRopeOff + tok * kRopeStride + 16 * g + 4 * tig);
             }
-            mma_1688<true>(acc[n], qr, kr);
+            mma_1688<kBf16Mma>(acc[n], qr, kr);
+          }
+          if constexpr (F::kF16Mma) {
+            // q was divided by 2^s (q_to_f16): the whole partial (latent and RoPE) back, when s != 0 (warp-uniform).
+            if (q_unscale != 1.0f) {
+#pragma unroll
+              for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[n][j] *= q_unscale;
+            }
           }
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
@@ -713,13 +809,18 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
           s1 = exp2_ftz(fmaf(s1, scale_log2, -m_use));
         }
         l_run = l_run * alpha + (s0 + s1);
-        *reinterpret_cast<float2*>(psm + srow * kPStride + scol) = make_float2(s0, s1);
+        if constexpr (F::kTokenScales) {
+          *reinterpret_cast<float2*>(psm + srow * kPStride + scol) = make_float2(s0, s1);
+        } else {  // no scale per slice: every warp's P V takes the same 16-bit P, packed once here
+          const uint32_t p_word = pack_float2<kBf16Mma>(s0, s1);
+          *reinterpret_cast<uint32_t*>(smem + L::kPOff + srow * kPbStride + 2 * scol) = p_word;
+        }
         if (lane % 16 == 0) alpha_sm[srow] = alpha;
       }
       cp_async_wait<1>();  // tile it + 1's rows (all but tile it + 2's group; DsV4: a no-op but in the gather warp)
       __syncthreads();     // barrier B: P and alpha complete; tile it + 1's stage visible
 
-      // ---- (e) O = alpha O + (P s) V over slice g ----
+      // ---- (e) O = alpha O + (P s) V over slice g (DsMla: s, the token scales; DsV4, E4m3: none) ----
       {
         const int ft = fresh_tid();
         const int lane = ft % 32, g = ft / 32, gid = lane / 4, tig = lane % 4;
@@ -737,23 +838,33 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         }
         // P's A fragment of k-step kk (tokens 16 kk .. 16 kk + 15): a0/a1 = heads gid/gid + 8, tokens 16 kk + 2 tig
         // + {0, 1} (= C columns of n-tile 2 kk), a2/a3 the same heads, tokens 16 kk + 8 + 2 tig + {0, 1} (n-tile
-        // 2 kk + 1): so the scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from
-        // sc_tab (DsV4: rewritten only in (a) of the next tile) or the small slot (DsMla: intact until the gather of
-        // tile it + 3, after barrier A of tile it + 1) rather than kept in 8 registers through (c).
-        float sc[4][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};  // E4m3: none (constant-folded)
-        if constexpr (F::kTokenScales) token_scales(sc, g, tig);
+        // 2 kk + 1): so DsMla's scales sc[2 kk + h][j] of (b) are the ones of these tokens. They are read again from
+        // the small slot (intact until the gather of tile it + 3, after barrier A of tile it + 1) rather than kept in
+        // 8 registers through (c).
         uint32_t pa[2][4];
+        if constexpr (F::kTokenScales) {
+          float sc[4][2];
+          token_scales(sc, g, tig);
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
+          for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int n = 2 * kk + h;
-            const int col = 8 * n + 2 * tig;
-            const float2 plo = *reinterpret_cast<const float2*>(psm + gid * kPStride + col);
-            const float2 phi = *reinterpret_cast<const float2*>(psm + (gid + 8) * kPStride + col);
-            pa[kk][2 * h] = pack_float2<true>(plo.x * sc[n][0], plo.y * sc[n][1]);
-            pa[kk][2 * h + 1] = pack_float2<true>(phi.x * sc[n][0], phi.y * sc[n][1]);
-          }
+            for (int h = 0; h < 2; ++h) {
+              const int n = 2 * kk + h;
+              const int col = 8 * n + 2 * tig;
+              const float2 plo = *reinterpret_cast<const float2*>(psm + gid * kPStride + col);
+              const float2 phi = *reinterpret_cast<const float2*>(psm + (gid + 8) * kPStride + col);
+              pa[kk][2 * h] = pack_float2<true>(plo.x * sc[n][0], plo.y * sc[n][1]);
+              pa[kk][2 * h + 1] = pack_float2<true>(phi.x * sc[n][0], phi.y * sc[n][1]);
+            }
+        } else {
+          // 16-bit P, [head][token] at kPbStride, as m16n8k16 A fragments by ldmatrix.x4: matrix q = lane / 8 is heads
+          // 8 (q % 2) .. + 7 x tokens 16 kk + 8 (q / 2) .. + 7, i.e. a0 .. a3 in order. Was 8 LDS.64 and 8 packs per
+          // thread per tile, the MIO queue's and the packs' stalls in the profile of 4f79735.
+          const uint32_t p_addr =
+              smem_base + L::kPOff + (lane % 8 + ((lane / 8) % 2) * 8) * kPbStride + (lane / 16) * 16;
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) ldmatrix_x4(pa[kk], p_addr + 32 * kk);
+        }
         // V B fragments through ldmatrix.x4.trans of the row-major [token][64 dims] slice (stride 144 B): matrix
         // q = lane / 8 is tokens 16 kk + 8 (q % 2) .. + 7 x dims 16 np + 8 (q / 2) .. + 7, so b[0], b[1] are the B
         // fragment (tokens 16 kk .. + 15) of column n-tile 2 np and b[2], b[3] that of n-tile 2 np + 1.
@@ -766,8 +877,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
           for (int np = 0; np < 4; ++np) {
             uint32_t b[4];
             ldmatrix_x4_trans(b, v_addr + np * 32);
-            mma_16816<true>(o[2 * np], pa[kk], b[0], b[1]);
-            mma_16816<true>(o[2 * np + 1], pa[kk], b[2], b[3]);
+            mma_16816<kBf16Mma>(o[2 * np], pa[kk], b[0], b[1]);
+            mma_16816<kBf16Mma>(o[2 * np + 1], pa[kk], b[2], b[3]);
           }
         }
       }
