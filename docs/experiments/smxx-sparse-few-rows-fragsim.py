@@ -5,7 +5,7 @@
 #   dsmla: decode_few_rows_dsmla (576 columns: 8 e4m3 slices with fp32 scales of 128 columns, the RoPE part as one
 #          m16n8k8 step per warp, V = the first 512 columns).
 # It checks Q's and K's d-permutation, the scales (dsmla: on the partial S and on P; dsv4, since
-# smxx-few-rows-v4-scaled-k.patch: on K's bf16 words in (a), one bf16x2 multiply per word by the scale table's word of
+# 0289ac5: on K's bf16 words in (a), one bf16x2 multiply per word by the scale table's word of
 # token 8 n + gid, the V slice stored from the same words, S unscaled and P packed to bf16 in (c) and read by
 # ldmatrix.x4 in (e); the scaled words against the reference's fp32 dequantised values e4m3 x 2^(e - 127), bit for bit,
 # and deliberate mistakes, which must fail), the S-partial / P layouts and the V addresses with float64 values (indices,
@@ -14,11 +14,11 @@
 # shared-memory bank pattern of the new reads (K LDS.128, RoPE LDS.32, scale LDS.64); for dsv4 the gather warp's copy
 # map (32 rows by one warp, 4 lanes per row, row addresses by shuffle; invalid rows zero-filled) byte for byte, and the
 # scale table (sc_tab: bf16x2 words, warps 0-6 only) and the reads of both; UE8M0 x e4m3 in bf16 for all 256 x 254 pairs
-# against the fp32 route (as tests/gpu/test_dequant.cu) and exact for normal results; for the prepared fp8_e4m3 kernel
-# (smxx-few-rows-e4m3.patch) its gather and RoPE reads byte for byte; for fp8_e4m3's packed P
-# (smxx-few-rows-e4m3-packed-p.patch) the bf16 P store of (c) and the ldmatrix.x4 A fragments of (e), byte for byte,
-# bit-equal to the fp32 path's and through P V (and that a swapped ldmatrix address map fails). Usage: python3
-# docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
+# against the fp32 route (as tests/gpu/test_dequant.cu) and exact for normal results; for the fp8_e4m3 kernel
+# (4f79735) its gather and RoPE reads byte for byte; for fp8_e4m3's packed P
+# (0289ac5; the kernel packs fp16 there, the same layout, emulated here in bf16) the P store of (c) and the
+# ldmatrix.x4 A fragments of (e), byte for byte, bit-equal to the fp32 path's and through P V (and that a swapped
+# ldmatrix address map fails). Usage: python3 docs/experiments/smxx-sparse-few-rows-fragsim.py (numpy).
 import numpy as np
 
 H = 16; T = 32
@@ -281,7 +281,7 @@ def bf16_word_values(w):  # uint32 of two bf16 -> (low, high) as floats
 
 
 def e4m3_packed_p(rng, swap=False):
-    """fp8_e4m3's packed P (smxx-few-rows-e4m3-packed-p.patch): (c) lane l of warp g stores pack_float2<true>(s0, s1)
+    """fp8_e4m3's packed P (0289ac5; fp16 in the kernel, bf16 here: the layout is the same): (c) lane l of warp g stores pack_float2<true>(s0, s1)
     of row srow = 2 g + l / 16, tokens scol = 2 (l % 16) + {0, 1} at P area + srow * 80 + 2 scol; (e) ldmatrix.x4 at
     P area + (l % 8 + ((l / 8) % 2) * 8) * 80 + (l / 16) * 16 + 32 kk gives pa[kk]. Checked: the bytes stay in P's
     area (16 x 40 floats), every byte read was written in (c), the fragments are bit-equal to the fp32 path's
