@@ -129,6 +129,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
+#include "cuda/decode/sm80/few_rows_launch.h"
 #include "cuda/decode/smxx/cta_plan.cuh"
 #include "cuda/decode/smxx/dequant.cuh"
 #include "cuda/decode/smxx/launch.h"
@@ -985,6 +986,17 @@ Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int max_smem_per_
   MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, few_rows::kThreads, kSmem));
   return {};
+}
+
+/// An instantiation file's FewRowsKernel (few_rows_launch.h) for its kernel.
+template <class F, auto kKernel>
+constexpr FewRowsKernel few_rows_entry() {
+  return {[](const DecodeParams& p, cudaStream_t stream, bool pdl) {
+            return launch_few_rows_kernel<F>(kKernel, p, stream, pdl);
+          },
+          [](int max_smem_per_block, int* ctas_per_sm) {
+            return few_rows_kernel_occupancy<F>(kKernel, max_smem_per_block, ctas_per_sm);
+          }};
 }
 
 }  // namespace mlakit::cuda::decode

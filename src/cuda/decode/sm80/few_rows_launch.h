@@ -10,37 +10,20 @@
 
 namespace mlakit::cuda::decode {
 
-/// Launches decode_few_rows_dsv4 on a grid of (1, p.partitions) CTAs of 256 threads (p.rows <= 16, sparse plan).
-Status launch_few_rows_dsv4(const DecodeParams& p, cudaStream_t stream, bool pdl);
+/// A few-row kernel's host entry points, defined in its instantiation file (few_rows_entry in few_rows.cuh).
+struct FewRowsKernel {
+  /// Launches the kernel on a grid of (1, p.partitions) CTAs of 256 threads (p.rows <= 16; the sparse or the dense
+  /// plan, as the kernel reads its rows).
+  Status (*launch)(const DecodeParams& p, cudaStream_t stream, bool pdl);
+  /// CTAs of the kernel that fit on one SM (from the CUDA occupancy calculator); 0 when it needs more shared memory per
+  /// block than max_smem_per_block (the device's opt-in limit: 99 KB on sm_86 and sm_89).
+  Status (*occupancy)(int max_smem_per_block, int* ctas_per_sm);
+};
 
-/// CTAs of decode_few_rows_dsv4 that fit on one SM (from the CUDA occupancy calculator); 0 when it needs more shared
-/// memory per block than max_smem_per_block (the device's opt-in limit: 99 KB on sm_86 and sm_89).
-Status few_rows_dsv4_occupancy(int max_smem_per_block, int* ctas_per_sm);
-
-/// Launches decode_few_rows_dsmla (V3 geometry, fp8_ds_mla) on a grid of (1, p.partitions) CTAs of 256 threads.
-Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pdl);
-
-/// CTAs of decode_few_rows_dsmla that fit on one SM, as few_rows_dsv4_occupancy.
-Status few_rows_dsmla_occupancy(int max_smem_per_block, int* ctas_per_sm);
-
-/// Launches decode_few_rows_e4m3 (V3 geometry, fp8_e4m3) as launch_few_rows_dsmla.
-Status launch_few_rows_e4m3(const DecodeParams& p, cudaStream_t stream, bool pdl);
-
-/// CTAs of decode_few_rows_e4m3 that fit on one SM, as few_rows_dsv4_occupancy.
-Status few_rows_e4m3_occupancy(int max_smem_per_block, int* ctas_per_sm);
-
-/// Launches decode_few_rows_dsmla_dense (dense decode, one query token per request, V3 geometry, fp8_ds_mla, rows from
-/// the block table) on a grid of (1, p.partitions) CTAs of 256 threads (p.rows = h_q <= 16, dense plan).
-Status launch_few_rows_dsmla_dense(const DecodeParams& p, cudaStream_t stream, bool pdl);
-
-/// CTAs of decode_few_rows_dsmla_dense that fit on one SM, as few_rows_dsv4_occupancy.
-Status few_rows_dsmla_dense_occupancy(int max_smem_per_block, int* ctas_per_sm);
-
-/// Launches decode_few_rows_e4m3_dense (dense decode, one query token per request, V3 geometry, fp8_e4m3) as
-/// launch_few_rows_dsmla_dense.
-Status launch_few_rows_e4m3_dense(const DecodeParams& p, cudaStream_t stream, bool pdl);
-
-/// CTAs of decode_few_rows_e4m3_dense that fit on one SM, as few_rows_dsv4_occupancy.
-Status few_rows_e4m3_dense_occupancy(int max_smem_per_block, int* ctas_per_sm);
+extern const FewRowsKernel kFewRowsDsV4;        ///< decode_few_rows_dsv4: sparse, V4 geometry, fp8_ds_v4
+extern const FewRowsKernel kFewRowsDsMla;       ///< decode_few_rows_dsmla: sparse, V3 geometry, fp8_ds_mla
+extern const FewRowsKernel kFewRowsE4m3;        ///< decode_few_rows_e4m3: sparse, V3 geometry, fp8_e4m3
+extern const FewRowsKernel kFewRowsDsMlaDense;  ///< decode_few_rows_dsmla_dense: dense, one query token, fp8_ds_mla
+extern const FewRowsKernel kFewRowsE4m3Dense;   ///< decode_few_rows_e4m3_dense: dense, one query token, fp8_e4m3
 
 }  // namespace mlakit::cuda::decode

@@ -44,24 +44,11 @@ int few_rows_index(const Sm80Variant& v) {
   return v.kind == KvKind::kDsV4 ? 0 : v.kind == KvKind::kE4M3 ? 4 : 1;
 }
 
-Status few_rows_occupancy(const Sm80Variant& v, int max_smem_per_block, int* ctas_per_sm) {
-  switch (few_rows_index(v)) {
-    case 0: return few_rows_dsv4_occupancy(max_smem_per_block, ctas_per_sm);
-    case 1: return few_rows_dsmla_occupancy(max_smem_per_block, ctas_per_sm);
-    case 2: return few_rows_dsmla_dense_occupancy(max_smem_per_block, ctas_per_sm);
-    case 3: return few_rows_e4m3_dense_occupancy(max_smem_per_block, ctas_per_sm);
-    default: return few_rows_e4m3_occupancy(max_smem_per_block, ctas_per_sm);
-  }
-}
-
-Status launch_few_rows(const DecodeParams& d, const Sm80Variant& v, cudaStream_t stream, bool pdl) {
-  switch (few_rows_index(v)) {
-    case 0: return launch_few_rows_dsv4(d, stream, pdl);
-    case 1: return launch_few_rows_dsmla(d, stream, pdl);
-    case 2: return launch_few_rows_dsmla_dense(d, stream, pdl);
-    case 3: return launch_few_rows_e4m3_dense(d, stream, pdl);
-    default: return launch_few_rows_e4m3(d, stream, pdl);
-  }
+/// The few-row kernel of a variant use_few_rows takes, in few_rows_index's order.
+const FewRowsKernel& few_rows_kernel(const Sm80Variant& v) {
+  static const FewRowsKernel* const kKernels[] = {&kFewRowsDsV4, &kFewRowsDsMla, &kFewRowsDsMlaDense,
+                                                  &kFewRowsE4m3Dense, &kFewRowsE4m3};
+  return *kKernels[few_rows_index(v)];
 }
 
 /// The one place where a variant becomes template values: calls f.template operator()<kBf16, kKind, kSparse, kDqk>().
@@ -111,7 +98,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   if (takes_few_rows && few == 0) {
     const int limit = facts->info.max_smem_per_block_optin;
     int n = 0;
-    MLAKIT_TRY(few_rows_occupancy(v, limit, &n));
+    MLAKIT_TRY(few_rows_kernel(v).occupancy(limit, &n));
     few = n > 0 ? n : -1;
   }
   // One CTA per partition, all rows in it. A device whose blocks cannot hold the few-row kernel's shared memory (sm_86
@@ -144,7 +131,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
 
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
   if (shape.few_rows) {
-    MLAKIT_TRY(launch_few_rows(d, v, stream, shape.pdl));
+    MLAKIT_TRY(few_rows_kernel(v).launch(d, stream, shape.pdl));
     return launch_combine(d, v.bf16, stream, shape.pdl);
   }
   MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {

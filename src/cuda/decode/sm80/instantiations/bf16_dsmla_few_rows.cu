@@ -1,7 +1,6 @@
 // The few-row kernel for dense decode (one query token per request) with q in bf16 and an fp8_ds_mla cache
 // (few_rows.cuh): the sparse kernel's body, its rows found through the block table.
 #include "cuda/decode/sm80/few_rows.cuh"
-#include "cuda/decode/sm80/few_rows_launch.h"
 
 namespace mlakit::cuda::decode {
 
@@ -10,12 +9,6 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks)
   decode_few_rows_body<few_rows::DsMla, /*kSparse=*/false>(p);
 }
 
-Status launch_few_rows_dsmla_dense(const DecodeParams& p, cudaStream_t stream, bool pdl) {
-  return launch_few_rows_kernel<few_rows::DsMla>(decode_few_rows_dsmla_dense, p, stream, pdl);
-}
-
-Status few_rows_dsmla_dense_occupancy(int max_smem_per_block, int* ctas_per_sm) {
-  return few_rows_kernel_occupancy<few_rows::DsMla>(decode_few_rows_dsmla_dense, max_smem_per_block, ctas_per_sm);
-}
+const FewRowsKernel kFewRowsDsMlaDense = few_rows_entry<few_rows::DsMla, decode_few_rows_dsmla_dense>();
 
 }  // namespace mlakit::cuda::decode

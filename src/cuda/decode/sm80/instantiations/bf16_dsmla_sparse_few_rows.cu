@@ -1,7 +1,6 @@
 // The few-row sparse decode kernel for q in bf16 with an fp8_ds_mla cache in DeepSeek V3's (V3.2's) geometry
 // (few_rows.cuh).
 #include "cuda/decode/sm80/few_rows.cuh"
-#include "cuda/decode/sm80/few_rows_launch.h"
 
 namespace mlakit::cuda::decode {
 
@@ -10,12 +9,6 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks)
   decode_few_rows_body<few_rows::DsMla, /*kSparse=*/true>(p);
 }
 
-Status launch_few_rows_dsmla(const DecodeParams& p, cudaStream_t stream, bool pdl) {
-  return launch_few_rows_kernel<few_rows::DsMla>(decode_few_rows_dsmla, p, stream, pdl);
-}
-
-Status few_rows_dsmla_occupancy(int max_smem_per_block, int* ctas_per_sm) {
-  return few_rows_kernel_occupancy<few_rows::DsMla>(decode_few_rows_dsmla, max_smem_per_block, ctas_per_sm);
-}
+const FewRowsKernel kFewRowsDsMla = few_rows_entry<few_rows::DsMla, decode_few_rows_dsmla>();
 
 }  // namespace mlakit::cuda::decode

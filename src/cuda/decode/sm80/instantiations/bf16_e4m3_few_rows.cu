@@ -1,7 +1,6 @@
 // The few-row kernel for dense decode (one query token per request) with q in bf16 and an fp8_e4m3 cache
 // (few_rows.cuh): the sparse kernel's body, its rows found through the block table.
 #include "cuda/decode/sm80/few_rows.cuh"
-#include "cuda/decode/sm80/few_rows_launch.h"
 
 namespace mlakit::cuda::decode {
 
@@ -10,12 +9,6 @@ __global__ void __launch_bounds__(few_rows::kThreads, few_rows::kMinBlocks)
   decode_few_rows_body<few_rows::E4m3, /*kSparse=*/false>(p);
 }
 
-Status launch_few_rows_e4m3_dense(const DecodeParams& p, cudaStream_t stream, bool pdl) {
-  return launch_few_rows_kernel<few_rows::E4m3>(decode_few_rows_e4m3_dense, p, stream, pdl);
-}
-
-Status few_rows_e4m3_dense_occupancy(int max_smem_per_block, int* ctas_per_sm) {
-  return few_rows_kernel_occupancy<few_rows::E4m3>(decode_few_rows_e4m3_dense, max_smem_per_block, ctas_per_sm);
-}
+const FewRowsKernel kFewRowsE4m3Dense = few_rows_entry<few_rows::E4m3, decode_few_rows_e4m3_dense>();
 
 }  // namespace mlakit::cuda::decode
