@@ -51,7 +51,8 @@
 // Scales (study 5.4, 8.2). An e4m3 slice has one scale per token: V4's s = 2^(e - 127), V3.2's fp32 s of group g / 2.
 // V4's is a power of two, so e4m3 x s is exact in bf16 (outside bf16's range ends, as on the Hopper path's producer):
 // warp g multiplies the 16 values it converts for K (and stores as V) by the token's s, one bf16x2 multiply per word,
-// so S and P carry no scale and P is packed to bf16 once for every warp (as fp8_e4m3's, which has no scale per token).
+// so S and P carry no scale and P is packed to bf16 once for every warp (as fp8_e4m3's, in fp16 there: no scale per
+// token either).
 // V3.2's fp32 scale need not be a power of two: it stays on S and P. The partial S_g (fp32) is multiplied by it per C
 // column (token), and P by the same scale before it is
 // packed into A fragments for slice g's P V (the C columns of n-tile 2kk + h are the A k indices of P's k-step kk: the
@@ -114,7 +115,8 @@
 // docs/experiments/smxx-sparse-few-rows-fragsim.py.
 // Known edges: DsMla's fp32 scale near the float range, applied to S and P instead of to the values, can differ from
 // the reference where it overflows or underflows (study section 6, risk 5; section 8.2). DsV4 scales K as the portable
-// kernel does (bf16, exact for normal results), its edges at exponents 0 and 255 the portable kernel's.
+// kernel does (bf16, exact for normal results), its edges the portable kernel's: exponent 255, and exponents 0 - 2,
+// where small e4m3 codes times the scale fall below bf16's smallest subnormal (2^-133) and become 0.
 // Include only from instantiations/*_few_rows.cu: each defines its non-template __global__ around
 // decode_few_rows_body<Format, kSparse>.
 
@@ -150,7 +152,7 @@ inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's
 inline constexpr int kSlice = 64;       // dimensions per warp slice
 inline constexpr int kRopeStride = kDimR * 2 + 16;  // 144 B: 16 mod 128 (ldmatrix / LDS.128 / LDS.32 conflict-free)
 // ---- the CTA's shared memory past the raw stages, the same in both formats ----
-inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a private bf16 V slice
+inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a private 16-bit V slice (bf16; fp16 for E4m3)
 inline constexpr int kVSliceBytes = kTile * kVStride;  // 4,608
 inline constexpr int kSPartStride = 40;  // floats per row of a partial S: 8 gid x 2 tig stores hit 32 distinct banks
 inline constexpr int kPStride = 40;      // floats per row of P: the A-fragment LDS.64 (rows gid, cols 2 tig) likewise
@@ -173,7 +175,7 @@ struct DsV4 {
   static constexpr bool kTokenScales = false;  // (so S and P carry none)
   static_assert(!(kScaleTable && kTokenScales), "a scale on K and on S / P would apply it twice");
   static constexpr bool kRopeE4m3 = false;    // the RoPE part is bf16
-  static constexpr bool kF16Mma = false;      // bf16 operands (the scales multiply S and P: see "fp16 operands")
+  static constexpr bool kF16Mma = false;      // bf16 operands (K x s must stay in range: see "fp16 operands")
   /// The warp that gathers every tile's rows (before barrier A, into stage (it - 1) % 3, ids from IdRows): the RoPE
   /// warp, which has no conversion to do before barrier A.
   static constexpr int kGatherWarp = kFp8Slices;
@@ -411,7 +413,11 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   constexpr bool kBf16Mma = !F::kF16Mma;  // the mma operands' type: bf16, or fp16 (q, K, V and P alike)
   // fp16 operands are written for E4m3's shape only: the RoPE step split over the warps (where q's prescale is undone),
   // e4m3 RoPE bytes, no token scales (P packed once), no bf16 RoPE warp.
-  static_assert(!F::kF16Mma || (F::kRopeSplit && F::kRopeE4m3 && !F::kTokenScales));
+  static_assert(!F::kF16Mma || (F::kRopeSplit && F::kRopeE4m3 && !F::kTokenScales && !F::kScaleTable));
+  // Scales on K (the table) and on S and P (per token) would apply a scale twice; the per-token scales are read from
+  // the small ring's slots.
+  static_assert(!(F::kScaleTable && F::kTokenScales));
+  static_assert(!F::kTokenScales || (F::kSmallRing && F::kSmallSlotBytes > 0));
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = smem_addr(smem);
   float* const spart = reinterpret_cast<float*>(smem + L::kSPartOff);  // [kWarps][kRows][kSPartStride]
