@@ -48,6 +48,21 @@ def ldmatrix_trans(rowaddr):  # rowaddr[lane] -> 8 values; returns r[lane][4][2]
     return out
 
 
+
+def pv_step(a, V, kk, o):
+    """One k-step kk of P V for a warp's 64 columns: V's B fragments by ldmatrix.x4.trans over tokens 16 kk .. 16 kk
+    + 15 (lane l: token 16 kk + l % 8 + 8 ((l / 8) % 2), columns 8 (l / 16) + 16 np), two m16n8k16 per n-pair np;
+    a[lane] are P's A fragment values; o[n] is updated in place."""
+    for np_ in range(4):
+        rows = []
+        for l in range(32):
+            tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
+            c0 = (l // 16) * 8 + np_ * 16
+            rows.append(V[tok, c0:c0+8])
+        b = ldmatrix_trans(rows)
+        o[2*np_] = mma(a, [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
+        o[2*np_+1] = mma(a, [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
+
 def conflict_free(addrs, width):
     """addrs[lane] byte addresses of one warp-wide shared access of `width` bytes per lane: no bank conflict?"""
     per_phase = 128 // width  # lanes served per 128-byte phase (4 B: 32, 8 B: 16, 16 B: 8)
@@ -196,15 +211,7 @@ def run(fmt, rng, mutate=None):
                             col = 8*(2*kk + h) + 2*tig
                             sc = np.array([sc_of(col, g), sc_of(col+1, g)])
                             pa[l][2*h] = pa[l][2*h] * sc; pa[l][2*h+1] = pa[l][2*h+1] * sc
-            for np_ in range(4):
-                rows = []
-                for l in range(32):
-                    tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
-                    c0 = (l // 16) * 8 + np_ * 16
-                    rows.append(V[tok, c0:c0+8])
-                b = ldmatrix_trans(rows)
-                o[2*np_] = mma([pa[l] for l in range(32)], [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
-                o[2*np_+1] = mma([pa[l] for l in range(32)], [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
+            pv_step([pa[l] for l in range(32)], V, kk, o)
         for l in range(32):
             gid, tig = l // 4, l % 4
             for n in range(8):
@@ -333,15 +340,7 @@ def e4m3_packed_p(rng, swap=False):
                         assert not np.isnan(v).any()
                         assert pa[l][r] == bf16_bits(v[0]) | bf16_bits(v[1]) << 16, "P fragment != fp32 path's"
             a_vals = [[bf16_word_values(pa[l][r]) for r in range(4)] for l in range(32)]
-            for np_ in range(4):  # V B fragments as run() builds them (tokens 16 kk .. 16 kk + 15)
-                rows = []
-                for l in range(32):
-                    tok = 16*kk + l % 8 + ((l // 8) % 2) * 8
-                    c0 = (l // 16) * 8 + np_ * 16
-                    rows.append(V[tok, c0:c0+8])
-                b = ldmatrix_trans(rows)
-                o[2*np_] = mma(a_vals, [[b[l][0], b[l][1]] for l in range(32)], o[2*np_])
-                o[2*np_+1] = mma(a_vals, [[b[l][2], b[l][3]] for l in range(32)], o[2*np_+1])
+            pv_step(a_vals, V, kk, o)  # V B fragments as run() builds them
         O = np.zeros((H, 64))
         for l in range(32):
             gid, tig = l // 4, l % 4

@@ -292,20 +292,15 @@ static_assert(Layout<E4m3>::kSmemBytes == 107808 - 3 * 512);
 
 }  // namespace few_rows
 
-/// 16 e4m3 bytes -> 8 bf16x2 words, exactly and unscaled (word i = bytes 2i, 2i + 1, low byte in the low half).
-__device__ __forceinline__ void e4m3x16_to_bf16(const uint4 raw, uint32_t (&w)[8]) {
-  const uint4 lo = e4m3x8_to<true>(make_uint2(raw.x, raw.y));
-  const uint4 hi = e4m3x8_to<true>(make_uint2(raw.z, raw.w));
+/// 16 e4m3 bytes -> 8 words of 16-bit pairs (bf16x2 or fp16x2), exactly and unscaled (word i = bytes 2i, 2i + 1, low
+/// byte in the low half): dequant.cuh's e4m3x8_to twice (fp16: one conversion per word; bf16: four, through fp16 and
+/// fp32).
+template <bool kBf16>
+__device__ __forceinline__ void e4m3x16_to(const uint4 raw, uint32_t (&w)[8]) {
+  const uint4 lo = e4m3x8_to<kBf16>(make_uint2(raw.x, raw.y));
+  const uint4 hi = e4m3x8_to<kBf16>(make_uint2(raw.z, raw.w));
   w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
   w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-}
-
-/// 16 e4m3 bytes -> 8 fp16x2 words, exactly (word i = bytes 2i, 2i + 1, low byte in the low half): one conversion per
-/// word, against e4m3x16_to_bf16's four (through fp16 and fp32).
-__device__ __forceinline__ void e4m3x16_to_f16(const uint4 raw, uint32_t (&w)[8]) {
-  const uint32_t v[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i] = e4m3x2_to_half2(uint16_t(v[i / 2] >> (16 * (i % 2))));
 }
 
 /// fp16 operands (F::kF16Mma): this warp's q words (bf16x2: its slice's A fragments and its RoPE step's) into fp16x2,
@@ -680,10 +675,8 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
               const uint4 hi = e4m3x8_pow2_scaled_to_bf16(make_uint2(raw.z, raw.w), s2);
               kb[0] = lo.x, kb[1] = lo.y, kb[2] = lo.z, kb[3] = lo.w;
               kb[4] = hi.x, kb[5] = hi.y, kb[6] = hi.z, kb[7] = hi.w;
-            } else if constexpr (F::kF16Mma) {
-              e4m3x16_to_f16(raw, kb);
             } else {
-              e4m3x16_to_bf16(raw, kb);
+              e4m3x16_to<kBf16Mma>(raw, kb);
             }
             // V: the same 16 values, natural order, into row tok, dims 16 tig .. 16 tig + 15 of the private slice.
             sts128(vslice + tok * kVStride + 32 * tig, make_uint4(kb[0], kb[1], kb[2], kb[3]));
