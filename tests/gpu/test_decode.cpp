@@ -387,6 +387,33 @@ TEST_P(DecodeEdges, LargeBatchThroughThePlanKernel) {
   run_and_check(c, true, be);
 }
 
+// Few partitions per request (at most 8: the combine's few-split form, one warp per output row), with ragged lengths,
+// empty requests among long ones, so that most requests are split and some have nothing to merge; odd row counts
+// (3 heads x 3 tokens). Written for docs/experiments/smxx-fused-combine-few-splits.patch (the Hopper kernel merging
+// its own splits), whose row items are two rows.
+TEST_P(DecodeEdges, FewSplitsPerRequest) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  std::mt19937_64 rng(23);
+  struct Shape {
+    int batch, h_q, s_q, page_size;
+  };
+  for (const Shape sh : {Shape{40, 16, 1, 64}, Shape{17, 128, 1, 1}, Shape{33, 3, 3, 16}, Shape{24, 128, 2, 64}}) {
+    DecodeCaseConfig cfg;
+    cfg.seq_lens = random_lengths(rng, sh.batch, 3000);
+    cfg.seq_lens[1] = 0;
+    cfg.seq_lens[sh.batch - 1] = 3000;
+    cfg.h_q = sh.h_q;
+    cfg.s_q = sh.s_q;
+    cfg.causal = sh.s_q > 1;
+    cfg.page_size = sh.page_size;
+    cfg.seed = 23 + uint64_t(sh.batch);
+    DecodeCase c = DecodeCase::generate(cfg);
+    run_and_check(c, true, be);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // More requests than partitions: every CTA walks several pieces, so tile ownership and the pipeline's
 // barrier phases carry over from request to request (the Hopper path alternates owners across pieces).
 TEST_P(DecodeEdges, ManyRequestsPerCta) {
@@ -602,40 +629,48 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
 }
 
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
-// Two shapes: MTP (h 32, s_q 2, bf16), and one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
-// `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it).
-void graph_replays(const Backend& be, bool one_token);
+// Three shapes: MTP (h 32, s_q 2, bf16); one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
+// `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it); and 40 requests at 16
+// heads, bf16, more requests than the 8 of the others per partition, so that the combine takes its few-split form.
+struct GraphShape {
+  int batch, h_q, s_q;
+  KvFormat format;
+  const char* name;
+};
+void graph_replays(const Backend& be, const GraphShape& shape);
 
 TEST_P(DecodeGraph, ReplayWithNewInputs) {
   const Backend& be = backend_named(GetParam());
   SKIP_UNLESS_AVAILABLE(be);
-  for (const bool one_token : {false, true}) {
-    SCOPED_TRACE(one_token ? "h 16, s_q 1, fp8_e4m3" : "h 32, s_q 2, bf16");
-    graph_replays(be, one_token);
+  for (const GraphShape& shape : {GraphShape{8, 32, 2, KvFormat::kBF16, "b 8, h 32, s_q 2, bf16"},
+                                  GraphShape{8, 16, 1, KvFormat::kFP8E4M3, "b 8, h 16, s_q 1, fp8_e4m3"},
+                                  GraphShape{40, 16, 1, KvFormat::kBF16, "b 40, h 16, s_q 1, bf16"}}) {
+    SCOPED_TRACE(shape.name);
+    graph_replays(be, shape);
     if (HasFatalFailure()) return;
   }
 }
 
-void graph_replays(const Backend& be, bool one_token) {
-  constexpr int kBatch = 8;
+void graph_replays(const Backend& be, const GraphShape& shape) {
   constexpr int32_t kMaxLen = 900;
   constexpr int kReplays = 4;
+  const int batch = shape.batch;
   auto make = [&](uint64_t seed) {
     std::mt19937_64 rng(seed);
     DecodeCaseConfig cfg;
-    cfg.seq_lens = random_lengths(rng, kBatch, kMaxLen);
-    cfg.seq_lens[seed % kBatch] = kMaxLen;  // fixes the table width, so every replay has the same shapes
-    cfg.h_q = one_token ? 16 : 32;
-    cfg.s_q = one_token ? 1 : 2;
-    cfg.causal = !one_token;
-    cfg.format = one_token ? KvFormat::kFP8E4M3 : KvFormat::kBF16;
+    cfg.seq_lens = random_lengths(rng, batch, kMaxLen);
+    cfg.seq_lens[seed % batch] = kMaxLen;  // fixes the table width, so every replay has the same shapes
+    cfg.h_q = shape.h_q;
+    cfg.s_q = shape.s_q;
+    cfg.causal = shape.s_q > 1;
+    cfg.format = shape.format;
     cfg.kv_scale = 0.01f + 0.002f * float(seed % 5);  // fp8_e4m3: each replay its own scale, read from the device
     cfg.page_size = 32;
-    cfg.seed = seed + (one_token ? 1000 : 0);
+    cfg.seed = seed + uint64_t(shape.format) * 1000 + uint64_t(batch);
     return DecodeCase::generate(cfg);
   };
   DecodeCase first = make(100);
-  const int64_t max_pages = kBatch * ((kMaxLen + 31) / 32) + first.config.extra_pages;
+  const int64_t max_pages = batch * ((kMaxLen + 31) / 32) + first.config.extra_pages;
   DeviceCase d;
   d.upload(first, true, size_t(max_pages * first.page_stride_bytes));
   DecodeProblem p = d.problem;
