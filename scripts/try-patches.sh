@@ -9,8 +9,10 @@
 #   the V4 preset and the fp8_ds_mla decode anchors, all on cuda_sm90); TRY_BASE_SRC (a source tree to use as the
 #   base instead of `git archive HEAD`); TRY_KEEP_CLIS (a folder: each built CLI is copied there as NAME/mlakit, base
 #   included, for a profile after the timing).
+# OUT_DIR gets summary.txt, table.txt (rewritten after every round: a call cut short keeps the rounds it finished) and
+# logs.tgz (the bench outputs and logs, without the variants' source and build trees).
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=$1
 shift
@@ -20,7 +22,7 @@ S=$OUT_DIR/summary.txt
 : > "$S"
 t0=$(date +%s)
 say() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$S"; }
-trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude="v*/" . 2>/dev/null; rm -rf "$W"' EXIT
+trap 'tar czf "$OUT_DIR/logs.tgz" -C "$W" --exclude="./v[0-9]*" . 2>/dev/null; rm -rf "$W"' EXIT
 
 mkdir -p "$W/v0"
 if [ -n "${TRY_BASE_SRC:-}" ]; then
@@ -62,17 +64,10 @@ for v in $(seq 0 $((n - 1))); do
 done
 
 IFS=';' read -r -a sets <<< "${TRY_BENCH:---mode sparse --preset anchors --backend cuda_sm90;--mode sparse --preset v4 --backend cuda_sm90;--preset anchors --kv-format fp8_ds_mla --backend cuda_sm90}"
-for r in $(seq 1 "${TRY_ROUNDS:-2}"); do
-  for v in "${built[@]}"; do
-    for k in "${!sets[@]}"; do
-      # shellcheck disable=SC2086  # each set is a list of arguments
-      "$W/v$v/build/tools/mlakit/mlakit" bench ${sets[$k]} > "$W/bench_${v}_${k}_$r.txt" 2>&1
-    done
-  done
-  say "round $r done"
-done
-
-python3 - "$W" "$n" "${TRY_ROUNDS:-2}" "${#sets[@]}" "${names[@]}" <<'PY' | tee -a "$S"
+# The table of the rounds run so far (argument: how many): written to OUT_DIR/table.txt after every round, so that a
+# call cut short by its time limit still returns the rounds it finished.
+report() {
+  python3 - "$W" "$n" "$1" "${#sets[@]}" "${names[@]}" <<'PY'
 import re, sys
 w, n, rounds, nsets, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 # A result line: the shape (decode and sparse: key=value words; prefill: "N x (Lq q, Lk k) h=.. d=.."), the backend,
@@ -110,3 +105,15 @@ for key in order:
 print(f"GPU ms: mean over {rounds} rounds of each bench's median, change against the base (git archive HEAD or "
       "TRY_BASE_SRC); host us per call: mean over the rounds")
 PY
+}
+for r in $(seq 1 "${TRY_ROUNDS:-2}"); do
+  for v in "${built[@]}"; do
+    for k in "${!sets[@]}"; do
+      # shellcheck disable=SC2086  # each set is a list of arguments
+      "$W/v$v/build/tools/mlakit/mlakit" bench ${sets[$k]} > "$W/bench_${v}_${k}_$r.txt" 2>&1
+    done
+  done
+  say "round $r done"
+  report "$r" > "$OUT_DIR/table.txt"
+done
+report "${TRY_ROUNDS:-2}" | tee -a "$S"
