@@ -631,7 +631,8 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
 // Three shapes: MTP (h 32, s_q 2, bf16); one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
 // `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it); and 40 requests at 16
-// heads, bf16, more requests than the 8 of the others per partition, so that the combine takes its few-split form.
+// heads, bf16. At 8 requests the combine takes its many-split form (more than 8 partitions per request), at 40 its
+// few-split form.
 struct GraphShape {
   int batch, h_q, s_q;
   KvFormat format;
