@@ -387,10 +387,10 @@ TEST_P(DecodeEdges, LargeBatchThroughThePlanKernel) {
   run_and_check(c, true, be);
 }
 
-// Few partitions per request (at most 8: the combine's few-split form, one warp per output row), with ragged lengths,
-// empty requests among long ones, so that most requests are split and some have nothing to merge; odd row counts
-// (3 heads x 3 tokens). Written for docs/experiments/smxx-fused-combine-few-splits.patch (the Hopper kernel merging
-// its own splits), whose row items are two rows.
+// Few partitions per request (at most 8 on the Hopper path: the combine's few-split form, one warp per output row),
+// with ragged lengths, empty requests among long ones, so that most requests are split and some have nothing to
+// merge; odd row counts (3 heads x 3 tokens). Written for docs/experiments/smxx-fused-combine-few-splits.patch (the
+// Hopper kernel merging its own splits), whose row items are two rows.
 TEST_P(DecodeEdges, FewSplitsPerRequest) {
   const Backend& be = backend_named(GetParam());
   SKIP_UNLESS_AVAILABLE(be);
@@ -631,8 +631,8 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
 // Three shapes: MTP (h 32, s_q 2, bf16); one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
 // `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it); and 40 requests at 16
-// heads, bf16. At 8 requests the combine takes its many-split form (more than 8 partitions per request), at 40 its
-// few-split form.
+// heads, bf16. On the Hopper path (132 partitions on an H100) the combine takes its many-split form at 8 requests
+// (more than 8 partitions per request) and its few-split form at 40.
 struct GraphShape {
   int batch, h_q, s_q;
   KvFormat format;
