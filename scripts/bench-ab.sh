@@ -10,7 +10,7 @@
 # Environment: AB_ROUNDS (default 2), AB_ARCHS (default 90a), AB_BASE_BUILD (default BASE_SRC/build-ab),
 #   AB_SKIP_BUILD=1 (the base CLI is already built).
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,11p' "$0"; exit 2; }
 base_src=$(cd "$1" && pwd)
 new_cli=$2
 out=$3

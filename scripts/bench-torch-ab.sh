@@ -7,14 +7,14 @@
 # folder, beside this tree's build (e.g. a change to the library's entry points that the bindings call).
 # BASE_REV = python-ops: no second module; the base side is this tree's package with MLAKIT_TORCH_OPS=python (the
 # operators defined in Python), the new side the same package with its C++ operators (mlakit/_torch_ops.so).
-# Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT or ./torch-ab-out)
+# Usage: scripts/bench-torch-ab.sh BASE_REV [OUT_DIR] [bench_torch.py args]   (default OUT_DIR: $OUT, else torch-ab-out in the repository root)
 # Environment: TORCH_AB_SKIP_PYTEST=1; TORCH_AB_ROUNDS (base / new rounds, default 3: the host's time per call swings
 #   by up to 40% from one process to the next, docs/performance.md 2026-11-25, so the table prints every round and
 #   their median); TORCH_AB_CPUS (the CPUs both sides run on through taskset, default 2-5 where taskset exists and the
 #   machine has more than 6, so that neither side migrates across a different set of cores; "" for none).
 # Needs torch, nanobind and numpy in python3 (the GPU machine has them).
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE_REV=$1
 OUT_DIR=${2:-${OUT:-$ROOT/torch-ab-out}}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds MLAKit into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure step.
-# CUDA backends are built when nvcc is found (MLAKIT_CUDA=ON|OFF overrides).
+# CUDA backends are built when nvcc is found (pass -DMLAKIT_CUDA=ON|OFF to override).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

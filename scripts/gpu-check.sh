@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: configure (CUDA on), build with every core, run the gpu-labelled tests,
-# compute-sanitizer memcheck + racecheck + synccheck on a subset, the decode benchmark (anchors preset, every format),
+# compute-sanitizer memcheck + racecheck + synccheck + initcheck on a subset, the decode benchmark (anchors preset,
+# bf16, fp8_e4m3 and fp8_ds_mla),
 # the sparse benchmark (anchors preset),
 # and a summary printed last. Logs and JSON go to the output folder.
-# Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else ./gpu-check-out)
-# Environment: GPU_CHECK_ARCHS (default 90a), GPU_CHECK_TARGETS (ninja targets, default all),
+# Usage: scripts/gpu-check.sh [OUT_DIR]   (default: $OUT, else gpu-check-out in the repository root)
+# Environment: GPU_CHECK_BUILD (build folder, default build-gpu in the repository root), GPU_CHECK_ARCHS (default
+#   90a), GPU_CHECK_TARGETS (ninja targets, default all),
 #   GPU_CHECK_CTEST_ARGS (e.g. "-R Decode"), GPU_CHECK_BENCH_ARGS (default "--preset anchors --kv-format all"),
 #   GPU_CHECK_SPARSE_BENCH_ARGS (default "--preset anchors"),
 #   GPU_CHECK_SKIP_TESTS=1 (ctest and pytest), GPU_CHECK_SKIP_SANITIZER=1, GPU_CHECK_SKIP_BENCH=1,

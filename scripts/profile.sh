@@ -11,7 +11,7 @@ set -euo pipefail
 if [ "${1:-}" = "--report" ] && [ $# -eq 3 ]; then
   report=$2 prefix=$3
 else
-  [ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,10p' "$0"; exit 2; }
+  [ $# -ge 5 ] && [ "$4" = "--" ] || { sed -n '2,9p' "$0"; exit 2; }
   prefix=$1 regex=$2 skip=$3
   shift 4
   # The command's own exit status does not matter (a bench that refuses a later row still ran the profiled kernel):

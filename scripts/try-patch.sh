@@ -5,7 +5,7 @@
 # patched tree's Hopper decode, sparse, V4/extra-cache, sparse golden and prefill tests, the fuzzer, the sm_90a PTX
 # wrapper tests, racecheck on four Hopper decode cases and one V4 sparse case and synccheck on the Hopper prefill cases,
 # in parallel. A summary (also $OUT_DIR/summary.txt) last.
-# Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else ./try-patch-out)
+# Usage: scripts/try-patch.sh PATCH [OUT_DIR]   (default OUT_DIR: $OUT, else try-patch-out in the repository root)
 # Environment: TRY_BACKEND (default cuda_sm90), TRY_TEST_FILTER / TRY_SPARSE_FILTER / TRY_EXTRA_FILTER /
 #   TRY_RACECHECK_FILTER / TRY_RACECHECK_V4_FILTER (gtest filters of the patched tree's decode, sparse, V4/extra and
 #   racecheck runs; default the Hopper cases), TRY_PREFILL_FILTER (gtest filter of the prefill tests, default all),
@@ -15,7 +15,7 @@
 #   tests' timeouts end the run by then, inside the device tool's 600 s). Expects .deps/googletest, as
 #   scripts/gpu-check.sh. Exit status 1 if anything failed.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PATCH=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 OUT_DIR=${2:-${OUT:-$ROOT/try-patch-out}}

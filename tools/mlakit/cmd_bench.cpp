@@ -40,11 +40,12 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
   --topk K           sparse: index columns per query token (distinct random ids from a context of --ctx rows)
   --batch N --ctx L --heads H --s-q S --page-size P     override the preset's shape (prefill: one shape of N
                      requests of L tokens each; --s-q, --page-size, --topk and --kv-format do not apply)
-  --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (bf16, fp8_e4m3 and fp8_ds_mla)
+  --kv-format F      bf16 | fp16 | fp8_e4m3 | fp8_ds_mla | all (decode: bf16, fp8_e4m3 and fp8_ds_mla; append and
+                     gather: fp16 too; sparse takes one format, its presets' own by default)
   --causal           causal masking for s_q > 1
   --backend NAME     a registered backend (default: automatic selection on the GPU, else the CPU reference)
   --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
-  --json FILE        also write every result as JSON (decode mode)
+  --json FILE        also write every result as JSON (decode and cp modes)
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
   --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)
 Without a GPU the preset runs on the CPU reference at b=2, L=1024 (explicit --batch/--ctx still apply);
