@@ -22,10 +22,11 @@ struct Part {
   TensorView lse;
 };
 
-/// Drops the leading dimension of `t` at index `s` (part s of an [n, ...] tensor).
+/// Drops the leading dimension of `t` at index `s` (part s of an [n, ...] tensor). A tensor without elements (d = 0)
+/// keeps its pointer: validation leaves its strides unchecked (it spans no byte), so they may be anything.
 TensorView slice_leading(const TensorView& t, int64_t s) {
   TensorView v = t;
-  v.data = static_cast<uint8_t*>(t.data) + s * t.stride[0] * int64_t(dtype_size(t.dtype));
+  if (t.numel() > 0) v.data = static_cast<uint8_t*>(t.data) + s * t.stride[0] * int64_t(dtype_size(t.dtype));
   v.ndim = t.ndim - 1;
   for (int k = 0; k + 1 < kMaxDims; ++k) {
     v.shape[k] = t.shape[k + 1];

@@ -294,6 +294,22 @@ TEST(MergeRules, NoRowsIgnoresTheStridesOfEmptyTensors) {
   EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
+TEST(MergeRules, NoColumnsIgnoresTheStridesOfEmptyParts) {
+  // The same with rows but d = 0 (a review found it): parts_out has no element, so its part stride is never checked
+  // and must never be used; the LSEs still merge.
+  std::vector<float> parts(8), lse = {0.0f, 1.0f, 0.0f, 1.0f}, out(8), out_lse(2, -7.0f);
+  MergeProblem m;
+  m.parts_out = TensorView::strided(parts.data(), DType::kFP32, {2, 2, 0}, {int64_t(1) << 61, 0, 1});
+  m.parts_lse = TensorView::contiguous(lse.data(), DType::kFP32, {2, 2});
+  m.out = TensorView::contiguous(out.data(), DType::kFP32, {2, 0});
+  m.lse = TensorView::contiguous(out_lse.data(), DType::kFP32, {2});
+  const Registry registry = make_default_registry();
+  const Status s = registry.get("reference")->run(m, nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_NEAR(out_lse[0], std::log(2.0f), 1e-6f);         // both parts' LSE 0
+  EXPECT_NEAR(out_lse[1], 1.0f + std::log(2.0f), 1e-6f);  // both 1
+}
+
 TEST(MergeThroughBackend, RegistryReferenceMatchesDirectCall) {
   const Registry registry = make_default_registry();
   const Backend* backend = registry.get("reference");
