@@ -1,5 +1,6 @@
 #include "core/check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -121,7 +122,7 @@ Status optional_tensor(const TensorView& t, std::string_view name, std::initiali
   return tensor(t, name, dtypes, ndim, layout);
 }
 
-Operand operand(const TensorView& t, std::string_view name) { return {name, byte_range(t), t.device}; }
+Operand operand(const TensorView& t, std::string_view name) { return {name, byte_range(t), t.device, &t}; }
 
 Operand scalar_operand(const float* p, std::string_view name, Device device) {
   if (p == nullptr) return {name, {}, device};
@@ -140,7 +141,35 @@ Status disjoint(const Operand& output, const Operand& other, std::string_view ru
   return Status::invalid(std::move(msg));
 }
 
+Status self_disjoint(const TensorView& t, std::string_view name) {
+  if (!has_elements(t)) return {};
+  // Dimensions that step (more than one element), by |stride| from the smallest; equal strides keep their order.
+  int order[kMaxDims];
+  int n = 0;
+  for (int i = 0; i < t.ndim && i < kMaxDims; ++i) {
+    if (t.shape[i] > 1) order[n++] = i;
+  }
+  const auto mag = [&](int i) { return t.stride[i] < 0 ? -t.stride[i] : t.stride[i]; };  // tensor() bounds them
+  std::stable_sort(order, order + n, [&](int a, int b) { return mag(a) < mag(b); });
+  int64_t span = 1;  // elements covered by the dimensions taken so far, from the first to the last, plus one
+  for (int k = 0; k < n; ++k) {
+    const int d = order[k];
+    if (mag(d) < span) {
+      std::string rule = "an output's elements must not overlap";
+      rule += k == 0 ? std::string(" (a stride of 0 repeats them)")
+                     : " (dimension " + std::to_string(d) + " steps inside the span of dimension " +
+                           std::to_string(order[k - 1]) + ")";
+      return fail(field(name, "stride[" + std::to_string(d) + "]"), t.stride[d], rule);
+    }
+    span += mag(d) * (t.shape[d] - 1);  // within the span tensor() checked: no overflow
+  }
+  return {};
+}
+
 Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs) {
+  for (const Operand& o : outputs) {
+    if (o.view != nullptr) MLAKIT_TRY(self_disjoint(*o.view, o.name));
+  }
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     for (const Operand& in : inputs) MLAKIT_TRY(disjoint(*o, in, "outputs must not alias inputs"));
     for (auto later = o + 1; later != outputs.end(); ++later) {
@@ -302,7 +331,7 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
   MLAKIT_TRY(same_device(kv.pages, pages, device, anchor));
   const int64_t p = kv.page_size();
   if (page_rule == PageRule::kAny) {
-    MLAKIT_TRY(range("page_size", p, 1, INT32_MAX, pages + ".shape[1]; sparse decode takes any page size"));
+    MLAKIT_TRY(range("page_size", p, 1, INT32_MAX, pages + ".shape[1]"));
   } else if (p < kMinPageSize || p > kMaxPageSize || (p & (p - 1)) != 0) {
     return fail("page_size", p,
                 "must be a power of two in [" + std::to_string(kMinPageSize) + ", " + std::to_string(kMaxPageSize) +

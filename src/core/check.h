@@ -38,6 +38,7 @@ struct Operand {
   std::string_view name;
   ByteRange bytes;
   Device device;
+  const TensorView* view = nullptr;  // the tensor itself (operand()), for an output's own layout (self_disjoint)
 };
 /// The bytes of `t` (empty when it is not given or has no element).
 Operand operand(const TensorView& t, std::string_view name);
@@ -47,8 +48,12 @@ Operand scalar_operand(const float* p, std::string_view name, Device device);
 /// Outputs must not alias inputs (docs/spec.md section 9): `output` and `other`, when both are non-empty and on
 /// one device, must not share a byte, else "output: overlaps other (bytes [a, b) and [c, d)): rule".
 Status disjoint(const Operand& output, const Operand& other, std::string_view rule);
-/// disjoint() of every output with every input ("outputs must not alias inputs") and with every later output
-/// ("outputs must not alias each other"). Inputs may overlap each other.
+/// An output's elements must not share bytes with each other (docs/spec.md section 9): its dimensions of more than one
+/// element, taken by |stride| from the smallest, must each step past everything the smaller ones span (a stride of 0,
+/// or a head stride smaller than a row, would make two output elements one). Inputs may overlap themselves.
+Status self_disjoint(const TensorView& t, std::string_view name);
+/// self_disjoint() of every output that carries its view, disjoint() of every output with every input ("outputs must
+/// not alias inputs") and with every later output ("outputs must not alias each other"). Inputs may overlap each other.
 Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs);
 /// Whether two [num_pages, P, bytes] views hold disjoint byte columns of the same rows (the two parts of a split cache
 /// cut from one [..., d_c + d_r] array): equal shapes and strides, and each row of one lies beside the other's within
@@ -77,8 +82,8 @@ Status positive_finite(std::string_view field, double value, std::string_view no
 inline constexpr int kMaxLatentWidth = 1 << 16;
 /// Latent geometry: d_c in [1, kMaxLatentWidth], d_r in [0, kMaxLatentWidth] and even.
 Status dims(const MlaDims& d, std::string_view name);
-/// Which page sizes a cache may have (docs/spec.md section 2): operations that walk a block table need a power of
-/// two in [kMinPageSize, kMaxPageSize]; sparse decode locates rows by id alone and takes any P >= 1.
+/// Which page sizes a cache may have (docs/spec.md section 2): dense decode needs a power of two in [kMinPageSize,
+/// kMaxPageSize]; sparse decode, append_kv and gather_kv take any P >= 1 (a backend may refuse some, by name).
 enum class PageRule { kPowerOfTwo, kAny };
 /// A paged cache: layout, page size rule, format/geometry, strides, scale; on `device`.
 Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,

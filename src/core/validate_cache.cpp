@@ -61,7 +61,7 @@ Status AppendKvProblem::validate() const {
   MLAKIT_TRY(check::tensor(kv_c, "kv_c", kInputDTypes, 2, "[T, d_c]"));
   const Device dev = kv_c.device;
   const int64_t tokens = kv_c.shape[0];
-  MLAKIT_TRY(check::kv_cache(cache, "cache", dev, "kv_c"));
+  MLAKIT_TRY(check::kv_cache(cache, "cache", dev, "kv_c", check::PageRule::kAny));  // rows found by slot alone
   const MlaDims& d = cache.dims;
   MLAKIT_TRY(check::dim(kv_c, "kv_c", 1, d.d_c, "d_c"));
   MLAKIT_TRY(check::tensor(k_pe, "k_pe", {kv_c.dtype}, 2, "[T, d_r]"));
@@ -104,7 +104,8 @@ Status AppendKvProblem::validate() const {
         {columns && pass == 1 ? none : pages_op, columns && pass == 0 ? none : k_pe_op, q_written ? q_op : none,
          check::operand(q_fp8, "q_fp8")},
         {check::operand(kv_c, "kv_c"), check::operand(k_pe, "k_pe"), check::operand(slot_mapping, "slot_mapping"),
-         check::operand(positions, "positions"), check::operand(cos_sin, "cos_sin"), q_written ? none : q_op,
+         check::operand(positions, "positions"), positions.defined() ? check::operand(cos_sin, "cos_sin") : none,
+         q_written ? none : q_op,
          check::scalar_operand(q_fp8.defined() ? q_scale : nullptr, "q_scale", dev), kv_scale_operand(cache)}));
   }
   if (positions.defined()) MLAKIT_TRY(positions_contents(positions, cos_sin));
@@ -125,7 +126,7 @@ Status AppendKvProblem::validate() const {
 Status GatherKvProblem::validate() const {
   MLAKIT_TRY(check::tensor(out, "out", {DType::kBF16}, 2, "[total_rows, d_qk]"));
   const Device dev = out.device;
-  MLAKIT_TRY(check::kv_cache(cache, "cache", dev, "out"));
+  MLAKIT_TRY(check::kv_cache(cache, "cache", dev, "out", check::PageRule::kAny));
   MLAKIT_TRY(check::dim(out, "out", 1, cache.dims.d_qk(), "d_qk"));
   MLAKIT_TRY(check::tensor(seq_lens, "seq_lens", {DType::kInt32}, 1, "[b]"));
   MLAKIT_TRY(check::range("b", seq_lens.shape[0], 1, INT32_MAX, "seq_lens.shape[0]"));

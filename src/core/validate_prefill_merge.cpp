@@ -20,6 +20,15 @@ Status cu_seqlens_contents(const TensorView& cu, std::string_view name, int64_t 
   return {};
 }
 
+/// Parts 1..n-1 of an [n, ...] tensor (none when n <= 1): what an in-place merge's out (part 0) must not touch.
+TensorView parts_after_first(const TensorView& parts) {
+  if (parts.shape[0] <= 1) return {};
+  TensorView rest = parts;
+  rest.data = static_cast<uint8_t*>(parts.data) + parts.stride[0] * int64_t(dtype_size(parts.dtype));
+  rest.shape[0] = parts.shape[0] - 1;
+  return rest;
+}
+
 }  // namespace
 
 Status PrefillProblem::validate() const {
@@ -90,17 +99,27 @@ Status MergeProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "parts_out"));
   }
   // In place (docs/spec.md section 6) is out exactly part 0 of parts_out, lse exactly part 0 of parts_lse: each
-  // element is then read before it is written. Any other overlap is rejected.
+  // element is then read before it is written, and no other part may share a byte with it. Any other overlap is
+  // rejected.
+  MLAKIT_TRY(check::self_disjoint(out, "out"));
+  MLAKIT_TRY(check::self_disjoint(lse, "lse"));
   const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
   const check::Operand po = check::operand(parts_out, "parts_out"), pl = check::operand(parts_lse, "parts_lse");
+  const TensorView out_rest = parts_after_first(parts_out), lse_rest = parts_after_first(parts_lse);
   if (!check::is_part0(out, parts_out)) {
     MLAKIT_TRY(check::disjoint(o, po, "outputs must not alias inputs (in place: out is exactly part 0 of parts_out)"));
+  } else {
+    MLAKIT_TRY(check::disjoint(o, check::operand(out_rest, "parts_out[1:]"),
+                               "in place, out (part 0 of parts_out) must not share a byte with the other parts"));
   }
   MLAKIT_TRY(check::disjoint(o, pl, "outputs must not alias inputs"));
   MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
   MLAKIT_TRY(check::disjoint(l, po, "outputs must not alias inputs"));
   if (!check::is_part0(lse, parts_lse)) {
     MLAKIT_TRY(check::disjoint(l, pl, "outputs must not alias inputs (in place: lse is exactly part 0 of parts_lse)"));
+  } else {
+    MLAKIT_TRY(check::disjoint(l, check::operand(lse_rest, "parts_lse[1:]"),
+                               "in place, lse (part 0 of parts_lse) must not share a byte with the other parts"));
   }
   return {};
 }
@@ -126,22 +145,25 @@ Status MergePairProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out_a"));
   }
   // In place (docs/spec.md section 6) is out exactly out_a or out_b, lse exactly lse_a or lse_b: each element is
-  // read from both parts before it is written. Any other overlap is rejected.
+  // read from both parts before it is written. The other part must then be the same elements too, or share no byte
+  // with out (lse); any other overlap is rejected.
+  MLAKIT_TRY(check::self_disjoint(out, "out"));
+  MLAKIT_TRY(check::self_disjoint(lse, "lse"));
   const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
   const check::Operand oa = check::operand(out_a, "out_a"), la = check::operand(lse_a, "lse_a");
   const check::Operand ob = check::operand(out_b, "out_b"), lb = check::operand(lse_b, "lse_b");
-  constexpr auto kOutRule = "outputs must not alias inputs (in place: out is exactly out_a or out_b)";
-  constexpr auto kLseRule = "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)";
-  const bool out_in_place = check::same_elements(out, out_a) || check::same_elements(out, out_b);
-  const bool lse_in_place = check::same_elements(lse, lse_a) || check::same_elements(lse, lse_b);
-  if (!out_in_place) {
-    for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(o, *in, kOutRule));
+  constexpr auto kOutRule =
+      "outputs must not alias inputs (in place: out is exactly out_a or out_b, and shares no byte with the other)";
+  constexpr auto kLseRule =
+      "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and shares no byte with the other)";
+  for (const auto& [view, op] : {std::pair{&out_a, &oa}, {&out_b, &ob}}) {
+    if (!check::same_elements(out, *view)) MLAKIT_TRY(check::disjoint(o, *op, kOutRule));
   }
   for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(o, *in, "outputs must not alias inputs"));
   MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
   for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(l, *in, "outputs must not alias inputs"));
-  if (!lse_in_place) {
-    for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(l, *in, kLseRule));
+  for (const auto& [view, op] : {std::pair{&lse_a, &la}, {&lse_b, &lb}}) {
+    if (!check::same_elements(lse, *view)) MLAKIT_TRY(check::disjoint(l, *op, kLseRule));
   }
   return {};
 }

@@ -326,6 +326,11 @@ TEST(AliasValidation, EmptyTensorsNeverOverlap) {
   expect_ok(p);
 }
 
+constexpr const char* kPairOutRule =
+    "outputs must not alias inputs (in place: out is exactly out_a or out_b, and shares no byte with the other)";
+constexpr const char* kPairLseRule =
+    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and shares no byte with the other)";
+
 TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
   Arena a;
   MergePairProblem p = make_pair(a);  // in place into a: allowed
@@ -337,21 +342,88 @@ TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
   q = p;
   q.out.data = a.f32.data() + 5;  // a shifted by one row
   EXPECT_EQ(q.validate().message(),
-            overlap("out", q.out, "out_a", q.out_a,
-                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
+            overlap("out", q.out, "out_a", q.out_a, kPairOutRule));
   q = p;
-  q.out = TensorView::strided(a.f32.data() + 64, DType::kFP32, {4, 5}, {4, 1});  // out_b's address, other strides
+  q.out = TensorView::strided(a.f32.data() + 64, DType::kFP32, {4, 5}, {6, 1});  // out_b's address, other strides
   EXPECT_EQ(q.validate().message(),
-            overlap("out", q.out, "out_b", q.out_b,
-                    "outputs must not alias inputs (in place: out is exactly out_a or out_b)"));
+            overlap("out", q.out, "out_b", q.out_b, kPairOutRule));
   q = p;
   q.lse = TensorView::contiguous(a.f32b.data() + 65, DType::kFP32, {4});  // lse_b shifted by one
   EXPECT_EQ(q.validate().message(),
-            overlap("lse", q.lse, "lse_b", q.lse_b,
-                    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b)"));
+            overlap("lse", q.lse, "lse_b", q.lse_b, kPairLseRule));
   q = p;
   q.lse = TensorView::contiguous(a.f32.data() + 10, DType::kFP32, {4});  // inside out (== out_a): outputs collide
   EXPECT_EQ(q.validate().message(), overlap("out", q.out, "lse", q.lse, "outputs must not alias each other"));
+}
+
+// In place, the other inputs must keep off out (lse): a part that starts inside part 0, or an out_b shifted against
+// out_a, would be read after out overwrote it (the reference then returned 0.5 1.25 2.125 ... instead of 0.5 1.5 2.5).
+TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
+  Arena a;
+  MergeProblem p = make_merge(a);
+  p.parts_out = TensorView::strided(a.f32.data() + 1, DType::kFP32, {2, 4, 5}, {-1, 5, 1});  // part 1 one float lower
+  p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});
+  p.out = TensorView::contiguous(a.f32.data() + 1, DType::kFP32, {4, 5});  // exactly part 0
+  p.lse = TensorView::contiguous(a.f32b.data() + 64, DType::kFP32, {4});
+  TensorView rest = p.parts_out;
+  rest.data = a.f32.data();
+  rest.shape[0] = 1;
+  EXPECT_EQ(p.validate().message(),
+            overlap("out", p.out, "parts_out[1:]", rest,
+                    "in place, out (part 0 of parts_out) must not share a byte with the other parts"));
+  p.parts_out = TensorView::contiguous(a.f32.data(), DType::kFP32, {2, 4, 5});
+  p.out = TensorView::contiguous(a.h16.data(), DType::kBF16, {4, 5});
+  p.parts_lse = TensorView::strided(a.f32b.data() + 1, DType::kFP32, {2, 4}, {-1, 1});
+  p.lse = TensorView::contiguous(a.f32b.data() + 1, DType::kFP32, {4});  // exactly part 0 of parts_lse
+  TensorView lse_rest = p.parts_lse;
+  lse_rest.data = a.f32b.data();
+  lse_rest.shape[0] = 1;
+  EXPECT_EQ(p.validate().message(),
+            overlap("lse", p.lse, "parts_lse[1:]", lse_rest,
+                    "in place, lse (part 0 of parts_lse) must not share a byte with the other parts"));
+  p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});
+  p.lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {4});
+  expect_ok(p);
+
+  MergePairProblem q = make_pair(a);  // in place into a
+  q.out_b = TensorView::contiguous(a.f32.data() + 1, DType::kFP32, {4, 5});  // b one float above a
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "out_b", q.out_b, kPairOutRule));
+  q.out_b = q.out_a;  // the same elements: each is read from both before it is written
+  expect_ok(q);
+  q = make_pair(a);
+  q.lse_b = TensorView::contiguous(a.f32b.data() + 1, DType::kFP32, {4});
+  EXPECT_EQ(q.validate().message(), overlap("lse", q.lse, "lse_b", q.lse_b, kPairLseRule));
+}
+
+// An output whose elements share bytes (a stride of 0, or a dimension stepping inside a smaller one's span) would be
+// written twice: RoPE rotated x's shared head twice, a GPU kernel's threads would race. Permuted and padded layouts
+// are fine.
+TEST(AliasValidation, OutputsMustNotOverlapThemselves) {
+  Arena a;
+  RopeProblem r = make_rope(a);  // x [2, 3, 4], strides {36, 12, 1}
+  r.x.stride[1] = 0;
+  EXPECT_EQ(r.validate().message(),
+            "x.stride[1]=0: an output's elements must not overlap (a stride of 0 repeats them)");
+  r = make_rope(a);
+  r.x.stride[0] = 20;  // tokens 20 floats apart, inside the 28 that a token's three heads span
+  EXPECT_EQ(r.validate().message(),
+            "x.stride[0]=20: an output's elements must not overlap (dimension 0 steps inside the span of dimension 1)");
+  r = make_rope(a);
+  r.x.stride[0] = 4;  // heads outermost: tokens 4 floats apart, heads 8
+  r.x.stride[1] = 8;
+  expect_ok(r);
+  r.x.stride[0] = -4;  // and backwards
+  r.x.data = a.f32.data() + 4;
+  expect_ok(r);
+  MergePairProblem q = make_pair(a);
+  q.out = TensorView::contiguous(a.h16.data(), DType::kBF16, {4, 5});
+  q.out.stride[0] = 3;
+  EXPECT_EQ(q.validate().message(),
+            "out.stride[0]=3: an output's elements must not overlap (dimension 0 steps inside the span of "
+            "dimension 1)");
+  q.out.stride[0] = 0;  // every row on the same bytes
+  EXPECT_EQ(q.validate().message(),
+            "out.stride[0]=0: an output's elements must not overlap (a stride of 0 repeats them)");
 }
 
 TEST(AliasValidation, AppendKv) {

@@ -94,6 +94,7 @@ Status append_kv_supports(const AppendKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   MLAKIT_TRY(refuse_split_cache(c, "cache", "the cuda append_kv kernel"));
+  MLAKIT_TRY(require_shift_page_size(c.page_size(), "append_kv"));
   const std::string why = "8-element vector chunks of the cuda append_kv kernel";
   MLAKIT_TRY(require_multiple("cache.dims.d_c", c.dims.d_c, kChunk, "elements", why));
   if (p.num_tokens() > 0) MLAKIT_TRY(require_vector_rows(p.kv_c, "kv_c", kVectorLoadBytes, why));

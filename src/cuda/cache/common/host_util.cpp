@@ -42,6 +42,13 @@ Status require_vector_rows(const TensorView& t, std::string_view name, int64_t b
   return {};
 }
 
+Status require_shift_page_size(int64_t page_size, std::string_view kernel) {
+  if (page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0) return {};
+  return unsupported("cache.page_size", page_size,
+                     "must be a power of two in [1, 256] for the cuda " + std::string(kernel) +
+                         " kernel (it shifts slots into pages; the reference backend takes any page size)");
+}
+
 int log2_exact(int64_t power_of_two) {
   int r = 0;
   while ((int64_t(1) << r) < power_of_two) ++r;

@@ -25,6 +25,10 @@ Status require_multiple(std::string_view field, int64_t value, int64_t multiple,
 /// Data pointer aligned to `bytes` and every stride but the last a multiple of bytes / element size.
 Status require_vector_rows(const TensorView& t, std::string_view name, int64_t bytes, std::string_view why);
 
+/// The page sizes the cuda cache kernels take: a power of two in [1, 256], which they turn into shifts (validation
+/// admits any P >= 1 for append_kv and gather_kv, as for sparse decode; the reference serves the others), else
+/// "cache.page_size=P: must be a power of two in [1, 256] for the cuda <kernel> kernel ...".
+Status require_shift_page_size(int64_t page_size, std::string_view kernel);
 /// log2 of a power of two.
 int log2_exact(int64_t power_of_two);
 

@@ -59,6 +59,7 @@ Status gather_kv_supports(const GatherKvProblem& p) {
   using namespace cache;
   const KvCacheView& c = p.cache;
   MLAKIT_TRY(refuse_split_cache(c, "cache", "the cuda gather_kv kernel"));
+  MLAKIT_TRY(require_shift_page_size(c.page_size(), "gather_kv"));
   const std::string why = "8-element vector chunks of the cuda gather_kv kernel";
   MLAKIT_TRY(require_multiple("d_qk", c.dims.d_qk(), kChunk, "elements", why));
   if (p.out.shape[0] > 0) MLAKIT_TRY(require_vector_rows(p.out, "out", kOutStoreBytes, why));
