@@ -438,6 +438,10 @@ TEST(AliasValidation, AppendKv) {
   p.cache.pages.data = a.h16.data();  // the cache over kv_c
   EXPECT_EQ(p.validate().message(), overlap("cache.pages", p.cache.pages, "kv_c", p.kv_c));
   p = make_append(a);
+  p.positions = {};  // no fused RoPE: cos_sin is never read, so the cache may lie over it
+  p.cos_sin.data = p.cache.pages.data;
+  expect_ok(p);
+  p = make_append(a);
   p.cache.pages.data = a.i64b.data();  // the cache over positions
   EXPECT_EQ(p.validate().message(), overlap("cache.pages", p.cache.pages, "positions", p.positions));
 
