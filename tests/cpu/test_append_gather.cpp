@@ -256,6 +256,8 @@ TEST_P(AppendGatherRoundTrip, RowsLandInTheirSlotsAndGatherReturnsThem) {
   ap.k_pe = k_pe.view;
   ap.slot_mapping = TensorView::contiguous(slots.data(), DType::kInt64, {num_tokens});
   ap.cache = cache.view;
+  const Status valid = ap.validate();  // every page size, powers of two or not (docs/spec.md section 7)
+  ASSERT_TRUE(valid.ok()) << valid.to_string();
   const Status st = reference::append_kv(ap);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(k_pe.bytes, k_pe_before.bytes);
@@ -304,6 +306,8 @@ TEST_P(AppendGatherRoundTrip, RowsLandInTheirSlotsAndGatherReturnsThem) {
   gp.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {batch});
   gp.cu_out = TensorView::contiguous(cu_out.data(), DType::kInt32, {batch + 1});
   gp.out = TensorView::contiguous(out.data(), DType::kBF16, {total_rows, d_qk});
+  const Status gvalid = gp.validate();
+  ASSERT_TRUE(gvalid.ok()) << gvalid.to_string();
   const Status gs = reference::gather_kv(gp);
   ASSERT_TRUE(gs.ok()) << gs.to_string();
 
