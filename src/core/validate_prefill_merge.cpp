@@ -20,9 +20,10 @@ Status cu_seqlens_contents(const TensorView& cu, std::string_view name, int64_t 
   return {};
 }
 
-/// Parts 1..n-1 of an [n, ...] tensor (none when n <= 1): what an in-place merge's out (part 0) must not touch.
+/// Parts 1..n-1 of an [n, ...] tensor (none when n <= 1): what an in-place merge's out (part 0) must not touch. None
+/// either without elements: an empty tensor's strides are never checked (it spans no byte), so never used.
 TensorView parts_after_first(const TensorView& parts) {
-  if (parts.shape[0] <= 1) return {};
+  if (parts.shape[0] <= 1 || parts.numel() == 0) return {};
   TensorView rest = parts;
   rest.data = static_cast<uint8_t*>(parts.data) + parts.stride[0] * int64_t(dtype_size(parts.dtype));
   rest.shape[0] = parts.shape[0] - 1;
