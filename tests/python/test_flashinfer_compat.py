@@ -113,6 +113,19 @@ def test_outputs_are_written_in_place_and_lse_is_optional(rng):
     assert np.array_equal(only_out.view(np.uint16), out.view(np.uint16))
 
 
+def test_outputs_of_another_shape_are_refused(rng):
+    """An out or lse with as many elements but another shape would be filled in [rows, h] order and read back in its
+    own: refused, as FlashInfer refuses it."""
+    step = make_step(rng, [5, 64, 9], 1, h=2, page_size=16)
+    wrapper = BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
+    plan(wrapper, step, 2, False)
+    ckv, kpe = caches(step, False)
+    with pytest.raises(ValueError, match=r"out: shape \(2, 3, 512\), must be \(3, 2, 512\)"):
+        wrapper.run(step["q_nope"], step["q_pe"], ckv, kpe, out=np.empty((2, 3, D_C), BF16))
+    with pytest.raises(ValueError, match=r"lse: shape \(6,\), must be \(3, 2\)"):
+        wrapper.run(step["q_nope"], step["q_pe"], ckv, kpe, lse=np.empty(6, np.float32), return_lse=True)
+
+
 def test_a_new_plan_is_used_by_the_next_run(rng):
     wrapper = BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
     for lengths in ([3, 40], [90, 1]):

@@ -131,14 +131,15 @@ class BatchMLAPagedAttentionWrapper:
                 raise ValueError(f"{name}: {x.shape[0]} entries, qo_indptr gives {n}")
         arrays = {"kv_indptr": kv_indptr, "kv_indices": kv_indices, "kv_len_arr": kv_len_arr}
         if self._use_cuda_graph:
-            buf = self._buffers["qo_indptr"]  # MLAKit reads qo_indptr on the host only; refilled as FlashInfer does
-            if int(qo_indptr.shape[0]) > int(buf.shape[0]):
-                raise ValueError(f"qo_indptr: {qo_indptr.shape[0]} entries, the CUDA-graph buffer holds {buf.shape[0]}")
-            _arrays.copy_into(buf, _arrays.int32_like(qo_indptr, buf))
-            for name, src in arrays.items():  # a captured graph reads these buffers: refill them in place
+            # Every capacity first: a refused plan() leaves the captured buffers as the last good plan() left them.
+            for name, src in (("qo_indptr", qo_indptr), *arrays.items()):
                 buf = self._buffers[name]
                 if int(src.shape[0]) > int(buf.shape[0]):
                     raise ValueError(f"{name}: {src.shape[0]} entries, the CUDA-graph buffer holds {buf.shape[0]}")
+            # MLAKit reads qo_indptr on the host only; refilled as FlashInfer does. A captured graph reads the others:
+            # refilled in place.
+            for name, src in (("qo_indptr", qo_indptr), *arrays.items()):
+                buf = self._buffers[name]
                 _arrays.copy_into(buf, _arrays.int32_like(src, buf))
             # Views from each buffer's start (the addresses a graph captured); kv_indices whole, its capacity.
             arrays = {
@@ -203,6 +204,12 @@ class BatchMLAPagedAttentionWrapper:
             cache = mlakit.KvCache(joined, d_c=d_c, d_r=d_r)
         else:
             cache = mlakit.KvCache(ckv_cache, d_c=d_c, d_r=d_r, k_pe=kpe_cache)
+        # A given out / lse must have FlashInfer's shapes: [rows, h, d_c] and [rows, h]. Any other shape with as many
+        # elements would be filled in this layout and read back in its own, scrambled.
+        for name, given, shape in (("out", out, (rows, h, d_c)), ("lse", lse, (rows, h))):
+            if given is not None and tuple(int(s) for s in given.shape) != shape:
+                layout = "[rows, h, d_c]" if name == "out" else "[rows, h]"
+                raise ValueError(f"{name}: shape {tuple(given.shape)}, must be {shape} ({layout})")
         if out is None:
             out = _arrays.empty(q_nope, (rows, h, d_c))
         if return_lse and lse is None:
