@@ -68,6 +68,7 @@ class DecodePlan {
     p.kv = cache_view(layer, kv_cache);
     p.out = layer.view(out, "out", Access::kWrite);
     p.lse = layer.optional(lse, "lse", Access::kWrite);
+    check_planned_shape(p);
     check_workspace(p);
     const Stream s = resolve_stream(stream, layer, p.device());
     call_without_gil([&] { return backend_->run(p, workspace_.get(), s); });
@@ -77,6 +78,24 @@ class DecodePlan {
   size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
+  // plan() schedules the constructor's shapes: the query rows per request (s_q, h_q) and the cache's format and page
+  // size fix a backend's partitions and tiles, so a run with others would read a schedule made for something else.
+  void check_planned_shape(const DecodeProblem& p) const {
+    const auto same = [](const char* field, const std::string& got, const std::string& planned) {
+      if (got == planned) return;
+      throw_conversion(field, got + ", the DecodePlan was built for " + planned + ": build one DecodePlan per shape");
+    };
+    const auto text = [](int64_t v) { return std::to_string(v); };
+    if (p.q.ndim == 4 && problem_.q.ndim == 4) {
+      same("q.shape[1] (s_q)", text(p.q.shape[1]), text(problem_.q.shape[1]));
+      same("q.shape[2] (h_q)", text(p.q.shape[2]), text(problem_.q.shape[2]));
+    }
+    same("kv_cache.format", kv_format_name(p.kv.format), kv_format_name(problem_.kv.format));
+    if (p.kv.pages.ndim == 3 && problem_.kv.pages.ndim == 3) {
+      same("kv_cache.page_size", text(p.kv.page_size()), text(problem_.kv.page_size()));
+    }
+  }
+
   // A plan serves batches up to the one it was built with (docs/spec.md section 9).
   void check_workspace(const DecodeProblem& p) const {
     if (!p.validate().ok()) return;  // the backend call reports it, with validate()'s message

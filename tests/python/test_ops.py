@@ -93,6 +93,27 @@ def test_decode_plan_serves_every_layer_and_new_lengths(rng):
             assert_lse_close(got_lse, want_lse)
 
 
+def test_decode_plan_refuses_a_run_of_another_shape(rng):
+    """plan() schedules the constructor's query rows and cache layout (a backend's partitions and tiles follow from
+    them): a run with other heads, tokens, format or page size would read a schedule made for something else."""
+    page_size, d_c, d_r = 16, 64, 16
+    cache, block_table = make_paged(rng, [5, 40], page_size, d_c + d_r, BF16)
+    seq_lens = np.array([5, 40], np.int32)
+    q = rng.uniform(-1, 1, (2, 1, 4, d_c + d_r)).astype(BF16)
+    out = np.empty((2, 1, 4, d_c), BF16)
+    kv = mlakit.KvCache(cache, d_c=d_c, d_r=d_r)
+    plan = mlakit.DecodePlan(q, kv, block_table, seq_lens, out, softmax_scale=TAU)
+    plan.plan()
+    with pytest.raises(ValueError, match=r"q.shape\[2\] \(h_q\): 2, the DecodePlan was built for 4"):
+        plan.run(q[:, :, :2], kv, out[:, :, :2])
+    with pytest.raises(ValueError, match=r"q.shape\[1\] \(s_q\): 2, the DecodePlan was built for 1"):
+        plan.run(np.concatenate([q, q], 1), kv, np.concatenate([out, out], 1))
+    fp16 = mlakit.KvCache(cache.astype(np.float16), d_c=d_c, d_r=d_r)
+    with pytest.raises(ValueError, match="kv_cache.format: fp16, the DecodePlan was built for bf16"):
+        plan.run(q.astype(np.float16), fp16, out.astype(np.float16))
+    plan.run(q, kv, out)  # the planned shape still runs
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bf16"])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_merge_pair_and_merge(rng, dtype, in_place):
