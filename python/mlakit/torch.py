@@ -174,12 +174,14 @@ def sparse_decode(q, kv_cache, indices, softmax_scale, kv_format="", d_c=512, to
     """
     out, lse = _decode_outputs(q, q.shape[-1] if v_whole_row else d_c)
     cache = _cache(kv_cache, kv_format, d_c, q.shape[-1], v_whole_row=v_whole_row)
-    kw = dict(softmax_scale=softmax_scale, topk_length=topk_length, attn_sink=attn_sink)
+    # extra_topk_length goes through even without an extra cache, so that validation refuses it by name.
+    kw = dict(softmax_scale=softmax_scale, topk_length=topk_length, attn_sink=attn_sink,
+              extra_topk_length=extra_topk_length)
     if extra_kv_cache is not None or extra_indices is not None:
         if extra_kv_cache is None or extra_indices is None:
             raise ValueError("extra_kv_cache and extra_indices: the extra cache needs both")
         kw.update(extra_kv_cache=_cache(extra_kv_cache, kv_format, d_c, q.shape[-1], v_whole_row=v_whole_row),
-                  extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+                  extra_indices=extra_indices)
     mlakit.sparse_decode(q, cache, indices, out, lse, workspace=_workspace(q.device), **kw)
     return out, lse
 

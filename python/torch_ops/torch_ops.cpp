@@ -180,8 +180,8 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode(const at::Tensor& q, const at::
   if (extra_kv_cache) {
     p.extra_kv = cache_of(*extra_kv_cache, kv_format, d_c, q.size(3), std::nullopt, v_whole_row, "extra_kv_cache");
     p.extra_indices = view_of(*extra_indices, "extra_indices");
-    p.extra_topk_length = optional_view(extra_topk_length, "extra_topk_length");
   }
+  p.extra_topk_length = optional_view(extra_topk_length, "extra_topk_length");  // alone, validation refuses it
   const Prepared<SparseDecodeProblem> call = prepared(p);
   at::Tensor ws_holder;
   const Workspace ws = workspace_for(q, call.workspace_bytes(), &ws_holder);

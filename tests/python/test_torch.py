@@ -108,6 +108,9 @@ def test_cpp_operators_raise_the_python_exceptions():
         torch.ops.mlakit.decode(q, cache, block_table, seq_lens, TAU, kv_format="fp9")
     with pytest.raises(ValueError, match="needs both"):
         torch.ops.mlakit.sparse_decode(q, cache, torch.zeros(3, 1, 4, dtype=torch.int32), TAU, extra_kv_cache=cache)
+    with pytest.raises(ValueError, match="extra_topk_length=given: needs extra_indices"):  # not dropped in silence
+        torch.ops.mlakit.sparse_decode(q, cache, torch.zeros(3, 1, 4, dtype=torch.int32), TAU,
+                                       extra_topk_length=torch.zeros(3, dtype=torch.int32))
 
 
 def test_custom_ops_on_cpu_and_under_torch_compile():
