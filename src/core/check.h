@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mlakit/problems.h"
 
@@ -48,10 +49,21 @@ Operand scalar_operand(const float* p, std::string_view name, Device device);
 /// Outputs must not alias inputs (docs/spec.md section 9): `output` and `other`, when both are non-empty and on
 /// one device, must not share a byte, else "output: overlaps other (bytes [a, b) and [c, d)): rule".
 Status disjoint(const Operand& output, const Operand& other, std::string_view rule);
-/// An output's elements must not share bytes with each other (docs/spec.md section 9): its dimensions of more than one
-/// element, taken by |stride| from the smallest, must each step past everything the smaller ones span (a stride of 0,
-/// or a head stride smaller than a row, would make two output elements one). Inputs may overlap themselves.
+/// An output's elements must not share bytes with each other (docs/spec.md section 9): no two of its indices may
+/// address one element (a stride of 0, or a token stride equal to a head stride, would make two elements one). Nested
+/// strides pass at once; others are searched exactly (elements_meet). Inputs may overlap themselves.
 Status self_disjoint(const TensorView& t, std::string_view name);
+/// An axis of element offsets: `stride` elements per step, steps j in [lo, hi]; `guarded`: see elements_meet.
+struct ElementAxis {
+  int64_t stride;
+  int64_t lo, hi;
+  bool guarded;
+};
+/// Whether sum_k j_k * stride_k = target (elements) for some j_k in [lo_k, hi_k] with a guarded j_k != 0: whether
+/// two elements of strided views meet (an exact search, bounded): 1 yes, 0 no, -1 undecided (treat as yes).
+int elements_meet(std::vector<ElementAxis> axes, int64_t target);
+/// The axes of index differences i - i' of `t` (each dimension of more than one element: j in [-(n-1), n-1], guarded).
+std::vector<ElementAxis> index_differences(const TensorView& t);
 /// self_disjoint() of every output that carries its view, disjoint() of every output with every input ("outputs must
 /// not alias inputs") and with every later output ("outputs must not alias each other"). Inputs may overlap each other.
 Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs);

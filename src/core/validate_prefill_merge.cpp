@@ -1,5 +1,7 @@
 // validate() of prefill (docs/spec.md section 3) and of the merge forms (section 6).
 
+#include <vector>
+
 #include "core/check.h"
 
 namespace mlakit {
@@ -28,6 +30,43 @@ TensorView parts_after_first(const TensorView& parts) {
   rest.data = static_cast<uint8_t*>(parts.data) + parts.stride[0] * int64_t(dtype_size(parts.dtype));
   rest.shape[0] = parts.shape[0] - 1;
   return rest;
+}
+
+/// Whether two views address their elements alike: dtype, rank, shape, and strides wherever a dimension steps.
+bool same_layout(const TensorView& a, const TensorView& b) {
+  if (a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i] || (a.shape[i] > 1 && a.stride[i] != b.stride[i])) return false;
+  }
+  return true;
+}
+
+/// Merge reads element i of every input and writes element i of out (and lse), each element on its own: an input may
+/// therefore share memory with out only element for element at the same index (the in-place form, exactly the same
+/// elements) or not at all. Where the input has out's layout, whether any of its elements lies on one of out's at
+/// another index is decided exactly (two interleaved columns of one array never meet); otherwise, or when undecided,
+/// their byte spans must be disjoint.
+Status keeps_off(const TensorView& out, const check::Operand& out_op, const TensorView& in,
+                 const check::Operand& in_op, std::string_view rule) {
+  if (!out.defined() || !in.defined() || check::same_elements(out, in)) return {};
+  if (same_layout(out, in) && out.numel() > 0) {
+    const auto elem = int64_t(dtype_size(out.dtype));
+    const auto delta = int64_t(reinterpret_cast<uintptr_t>(in.data) - reinterpret_cast<uintptr_t>(out.data));
+    if (delta % elem == 0 && check::elements_meet(check::index_differences(out), delta / elem) == 0) return {};
+  }
+  return check::disjoint(out_op, in_op, rule);
+}
+
+/// In place on part 0 of `parts` (n parts at parts.stride[0] elements from each other): no element of parts 1..n-1
+/// may lie on one of out's at another index (it would be read after that element was written); decided exactly, or
+/// by byte spans when undecided.
+Status rest_keeps_off(const TensorView& out, const check::Operand& out_op, const TensorView& parts,
+                      const TensorView& rest, std::string_view rest_name, std::string_view rule) {
+  if (!rest.defined()) return {};
+  std::vector<check::ElementAxis> axes = check::index_differences(out);
+  axes.push_back({parts.stride[0], 1, parts.shape[0] - 1, /*guarded=*/false});  // which part; its index must differ
+  if (check::elements_meet(std::move(axes), 0) == 0) return {};
+  return check::disjoint(out_op, check::operand(rest, rest_name), rule);
 }
 
 }  // namespace
@@ -100,8 +139,8 @@ Status MergeProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "parts_out"));
   }
   // In place (docs/spec.md section 6) is out exactly part 0 of parts_out, lse exactly part 0 of parts_lse: each
-  // element is then read before it is written, and no other part may share a byte with it. Any other overlap is
-  // rejected.
+  // element is then read before it is written, and no other part's element may lie on one of out's at another index
+  // (rest_keeps_off). Any other overlap is rejected.
   MLAKIT_TRY(check::self_disjoint(out, "out"));
   MLAKIT_TRY(check::self_disjoint(lse, "lse"));
   const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
@@ -110,8 +149,8 @@ Status MergeProblem::validate() const {
   if (!check::is_part0(out, parts_out)) {
     MLAKIT_TRY(check::disjoint(o, po, "outputs must not alias inputs (in place: out is exactly part 0 of parts_out)"));
   } else {
-    MLAKIT_TRY(check::disjoint(o, check::operand(out_rest, "parts_out[1:]"),
-                               "in place, out (part 0 of parts_out) must not share a byte with the other parts"));
+    MLAKIT_TRY(rest_keeps_off(out, o, parts_out, out_rest, "parts_out[1:]",
+                              "in place, out (part 0 of parts_out) must not meet the other parts' elements"));
   }
   MLAKIT_TRY(check::disjoint(o, pl, "outputs must not alias inputs"));
   MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
@@ -119,8 +158,8 @@ Status MergeProblem::validate() const {
   if (!check::is_part0(lse, parts_lse)) {
     MLAKIT_TRY(check::disjoint(l, pl, "outputs must not alias inputs (in place: lse is exactly part 0 of parts_lse)"));
   } else {
-    MLAKIT_TRY(check::disjoint(l, check::operand(lse_rest, "parts_lse[1:]"),
-                               "in place, lse (part 0 of parts_lse) must not share a byte with the other parts"));
+    MLAKIT_TRY(rest_keeps_off(lse, l, parts_lse, lse_rest, "parts_lse[1:]",
+                              "in place, lse (part 0 of parts_lse) must not meet the other parts' elements"));
   }
   return {};
 }
@@ -146,25 +185,25 @@ Status MergePairProblem::validate() const {
     MLAKIT_TRY(check::same_device(*t, name, dev, "out_a"));
   }
   // In place (docs/spec.md section 6) is out exactly out_a or out_b, lse exactly lse_a or lse_b: each element is
-  // read from both parts before it is written. The other part must then be the same elements too, or share no byte
-  // with out (lse); any other overlap is rejected.
+  // read from both parts before it is written. The other part must then be the same elements too, or keep its
+  // elements off out's (keeps_off: interleaved columns of one array do); any other overlap is rejected.
   MLAKIT_TRY(check::self_disjoint(out, "out"));
   MLAKIT_TRY(check::self_disjoint(lse, "lse"));
   const check::Operand o = check::operand(out, "out"), l = check::operand(lse, "lse");
   const check::Operand oa = check::operand(out_a, "out_a"), la = check::operand(lse_a, "lse_a");
   const check::Operand ob = check::operand(out_b, "out_b"), lb = check::operand(lse_b, "lse_b");
   constexpr auto kOutRule =
-      "outputs must not alias inputs (in place: out is exactly out_a or out_b, and shares no byte with the other)";
+      "outputs must not alias inputs (in place: out is exactly out_a or out_b, and meets no element of the other)";
   constexpr auto kLseRule =
-      "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and shares no byte with the other)";
+      "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and meets no element of the other)";
   for (const auto& [view, op] : {std::pair{&out_a, &oa}, {&out_b, &ob}}) {
-    if (!check::same_elements(out, *view)) MLAKIT_TRY(check::disjoint(o, *op, kOutRule));
+    MLAKIT_TRY(keeps_off(out, o, *view, *op, kOutRule));
   }
   for (const check::Operand* in : {&la, &lb}) MLAKIT_TRY(check::disjoint(o, *in, "outputs must not alias inputs"));
   MLAKIT_TRY(check::disjoint(o, l, "outputs must not alias each other"));
   for (const check::Operand* in : {&oa, &ob}) MLAKIT_TRY(check::disjoint(l, *in, "outputs must not alias inputs"));
   for (const auto& [view, op] : {std::pair{&lse_a, &la}, {&lse_b, &lb}}) {
-    if (!check::same_elements(lse, *view)) MLAKIT_TRY(check::disjoint(l, *op, kLseRule));
+    MLAKIT_TRY(keeps_off(lse, l, *view, *op, kLseRule));
   }
   return {};
 }

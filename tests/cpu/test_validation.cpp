@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <functional>
 #include <string>
 #include <vector>
@@ -254,6 +256,47 @@ TEST(AliasRules, OnlyNonEmptyRangesOnOneDeviceOverlap) {
 }
 
 // Contents of host-resident integer tensors are checked too (on the CPU only; see docs/spec.md section 9).
+// check::self_disjoint and check::elements_meet against brute force: random small views (strides of any sign, zero
+// included) are refused exactly when two indices address one element; and two views of one layout meet at another
+// index exactly when some pair of their elements coincides with different indices.
+TEST(AliasRules, ElementSearchMatchesBruteForce) {
+  std::mt19937_64 rng(2026);
+  std::vector<float> buffer(4096);
+  int refused = 0, meets = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int ndim = 1 + int(rng() % 3);
+    int64_t shape[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
+    for (int d = 0; d < ndim; ++d) {
+      shape[d] = 1 + int64_t(rng() % 5);
+      stride[d] = int64_t(rng() % 25) - 12;
+    }
+    stride[ndim - 1] = 1;  // tensor(): the last dimension contiguous
+    std::vector<int64_t> offsets;  // every element's offset, in elements
+    for (int64_t i = 0; i < shape[0]; ++i)
+      for (int64_t j = 0; j < shape[1]; ++j)
+        for (int64_t k = 0; k < shape[2]; ++k) offsets.push_back(i * stride[0] + j * stride[1] + k * stride[2]);
+    const int64_t lowest = *std::min_element(offsets.begin(), offsets.end());
+    TensorView t = TensorView::strided(buffer.data() + 1024 - lowest, DType::kFP32, {shape[0], shape[1], shape[2]},
+                                       {stride[0], stride[1], stride[2]});
+    t.ndim = ndim;  // the first ndim dimensions
+    std::vector<int64_t> sorted = offsets;
+    std::sort(sorted.begin(), sorted.end());
+    const bool repeats = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+    ASSERT_EQ(!check::self_disjoint(t, "t").ok(), repeats) << "trial " << trial;
+    refused += repeats;
+    if (repeats) continue;
+    // The same layout at `delta` elements: an element of one on an element of the other with another index?
+    const int64_t delta = int64_t(rng() % 41) - 20;
+    bool other_index = false;
+    for (size_t a = 0; a < offsets.size(); ++a)
+      for (size_t b = 0; b < offsets.size(); ++b) other_index = other_index || (a != b && offsets[b] + delta == offsets[a]);
+    ASSERT_EQ(check::elements_meet(check::index_differences(t), delta) == 1, other_index) << "trial " << trial;
+    meets += other_index;
+  }
+  EXPECT_GT(refused, 100);  // both answers are common, so the comparison means something
+  EXPECT_GT(meets, 100);
+}
+
 TEST(DecodeValidationContents, SeqLenBeyondTable) {
   DecodeCase& c = shared_case();
   DecodeProblem p = c.problem();

@@ -327,9 +327,9 @@ TEST(AliasValidation, EmptyTensorsNeverOverlap) {
 }
 
 constexpr const char* kPairOutRule =
-    "outputs must not alias inputs (in place: out is exactly out_a or out_b, and shares no byte with the other)";
+    "outputs must not alias inputs (in place: out is exactly out_a or out_b, and meets no element of the other)";
 constexpr const char* kPairLseRule =
-    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and shares no byte with the other)";
+    "outputs must not alias inputs (in place: lse is exactly lse_a or lse_b, and meets no element of the other)";
 
 TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
   Arena a;
@@ -370,7 +370,7 @@ TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
   rest.shape[0] = 1;
   EXPECT_EQ(p.validate().message(),
             overlap("out", p.out, "parts_out[1:]", rest,
-                    "in place, out (part 0 of parts_out) must not share a byte with the other parts"));
+                    "in place, out (part 0 of parts_out) must not meet the other parts' elements"));
   p.parts_out = TensorView::contiguous(a.f32.data(), DType::kFP32, {2, 4, 5});
   p.out = TensorView::contiguous(a.h16.data(), DType::kBF16, {4, 5});
   p.parts_lse = TensorView::strided(a.f32b.data() + 1, DType::kFP32, {2, 4}, {-1, 1});
@@ -380,9 +380,19 @@ TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
   lse_rest.shape[0] = 1;
   EXPECT_EQ(p.validate().message(),
             overlap("lse", p.lse, "parts_lse[1:]", lse_rest,
-                    "in place, lse (part 0 of parts_lse) must not share a byte with the other parts"));
+                    "in place, lse (part 0 of parts_lse) must not meet the other parts' elements"));
   p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});
   p.lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {4});
+  expect_ok(p);
+
+  // Interleaved parts of one [rows, n, d] array (FlashInfer's merge_states layout): part 1 lies between part 0's rows
+  // but on none of its elements.
+  p.parts_out = TensorView::strided(a.f32.data(), DType::kFP32, {2, 4, 5}, {5, 10, 1});
+  p.out = TensorView::strided(a.f32.data(), DType::kFP32, {4, 5}, {10, 1});
+  p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});  // an lse row must be contiguous
+  p.lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {4});
+  expect_ok(p);
+  p.parts_out.stride[0] = 0;  // every part the same memory: each element read from all before it is written
   expect_ok(p);
 
   MergePairProblem q = make_pair(a);  // in place into a
@@ -390,14 +400,19 @@ TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
   EXPECT_EQ(q.validate().message(), overlap("out", q.out, "out_b", q.out_b, kPairOutRule));
   q.out_b = q.out_a;  // the same elements: each is read from both before it is written
   expect_ok(q);
+  q.out_a = q.out = TensorView::strided(a.f32.data(), DType::kFP32, {4, 5}, {10, 1});  // two interleaved columns
+  q.out_b = TensorView::strided(a.f32.data() + 5, DType::kFP32, {4, 5}, {10, 1});
+  expect_ok(q);
+  q.out_b.data = a.f32.data() + 4;  // then shifted by one: b's [0, 4] is a's [1, 0]
+  EXPECT_EQ(q.validate().message(), overlap("out", q.out, "out_b", q.out_b, kPairOutRule));
   q = make_pair(a);
   q.lse_b = TensorView::contiguous(a.f32b.data() + 1, DType::kFP32, {4});
   EXPECT_EQ(q.validate().message(), overlap("lse", q.lse, "lse_b", q.lse_b, kPairLseRule));
 }
 
-// An output whose elements share bytes (a stride of 0, or a dimension stepping inside a smaller one's span) would be
-// written twice: RoPE rotated x's shared head twice, a GPU kernel's threads would race. Permuted and padded layouts
-// are fine.
+// An output whose elements share bytes (a stride of 0, or two indices on one element) would be written twice: RoPE
+// rotated x's shared head twice, a GPU kernel's threads would race. Permuted, padded and interleaved layouts whose
+// indices never meet are fine.
 TEST(AliasValidation, OutputsMustNotOverlapThemselves) {
   Arena a;
   RopeProblem r = make_rope(a);  // x [2, 3, 4], strides {36, 12, 1}
@@ -405,9 +420,13 @@ TEST(AliasValidation, OutputsMustNotOverlapThemselves) {
   EXPECT_EQ(r.validate().message(),
             "x.stride[1]=0: an output's elements must not overlap (a stride of 0 repeats them)");
   r = make_rope(a);
-  r.x.stride[0] = 20;  // tokens 20 floats apart, inside the 28 that a token's three heads span
+  r.x.stride[0] = 12;  // tokens as far apart as heads: token 1's head 0 is token 0's head 1
   EXPECT_EQ(r.validate().message(),
-            "x.stride[0]=20: an output's elements must not overlap (dimension 0 steps inside the span of dimension 1)");
+            "x.stride[1]=12: an output's elements must not overlap (two of its indices address one element: dimension "
+            "1 steps inside the span of dimension 0)");
+  r = make_rope(a);
+  r.x.stride[0] = 20;  // tokens 20 floats apart, inside the 28 a token's heads span, but on none of their elements
+  expect_ok(r);
   r = make_rope(a);
   r.x.stride[0] = 4;  // heads outermost: tokens 4 floats apart, heads 8
   r.x.stride[1] = 8;
@@ -419,8 +438,8 @@ TEST(AliasValidation, OutputsMustNotOverlapThemselves) {
   q.out = TensorView::contiguous(a.h16.data(), DType::kBF16, {4, 5});
   q.out.stride[0] = 3;
   EXPECT_EQ(q.validate().message(),
-            "out.stride[0]=3: an output's elements must not overlap (dimension 0 steps inside the span of "
-            "dimension 1)");
+            "out.stride[0]=3: an output's elements must not overlap (two of its indices address one element: "
+            "dimension 0 steps inside the span of dimension 1)");
   q.out.stride[0] = 0;  // every row on the same bytes
   EXPECT_EQ(q.validate().message(),
             "out.stride[0]=0: an output's elements must not overlap (a stride of 0 repeats them)");
