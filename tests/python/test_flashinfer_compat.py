@@ -136,6 +136,17 @@ def test_a_new_plan_is_used_by_the_next_run(rng):
         check(out, lse, expected(step, False), base_e=False)
 
 
+def test_a_new_page_size_in_plan_is_used(rng):
+    """The same q shape and page count with another page size: a new internal plan, not the old one refusing it."""
+    wrapper = BatchMLAPagedAttentionWrapper(np.zeros(16, np.uint8))
+    for page_size, spare in ((16, 3), (32, 4)):  # 7 pages either way
+        step = make_step(rng, [40, 9], 1, h=2, page_size=page_size, spare_pages=spare)
+        assert step["cache"].shape[0] == 7
+        plan(wrapper, step, 2, False)
+        out, lse = wrapper.run(step["q_nope"], step["q_pe"], *caches(step, False), return_lse=True)
+        check(out, lse, expected(step, False), base_e=False)
+
+
 def test_a_new_scale_or_mask_in_plan_is_used(rng):
     """plan() may change sm_scale and causal with the same shapes: run() must follow (as in FlashInfer)."""
     step = make_step(rng, [40, 9], 2, h=2, page_size=16)

@@ -231,8 +231,8 @@ class BatchMLAPagedAttentionWrapper:
         """The DecodePlan of this step's shapes: made on the first run, again when a run's shapes differ."""
         step = self._step
         # Everything the DecodePlan fixes at construction: shapes, and plan()'s scale and mask.
-        key = (tuple(int(s) for s in q.shape), str(q.dtype), cache.num_pages, cache.format, joined, lse3 is None,
-               step["sm_scale"], step["causal"])
+        key = (tuple(int(s) for s in q.shape), str(q.dtype), cache.num_pages, cache.format, step["page_size"], joined,
+               lse3 is None, step["sm_scale"], step["causal"])
         if self._decode_plan is None or self._plan_key != key:
             self._decode_plan = mlakit.DecodePlan(
                 q, cache, step["kv_indices"], step["kv_len_arr"], out4, lse3,
