@@ -356,6 +356,15 @@ TEST(AliasValidation, MergePairInPlaceIsExactlyAOrB) {
   EXPECT_EQ(q.validate().message(), overlap("out", q.out, "lse", q.lse, "outputs must not alias each other"));
 }
 
+/// The refusal of an in-place merge whose part 1 (the only other, one part of `parts` at `rest_data`) meets `view`.
+std::string in_place_meets(const std::string& name, const TensorView& view, const std::string& parts_name,
+                           TensorView parts, void* rest_data) {
+  parts.data = rest_data;
+  parts.shape[0] = 1;
+  return overlap(name, view, parts_name + "[1:]", parts,
+                 "in place, " + name + " (part 0 of " + parts_name + ") must not meet the other parts' elements");
+}
+
 // In place, the other inputs must keep off out (lse): a part that starts inside part 0, or an out_b shifted against
 // out_a, would be read after out overwrote it (the reference then returned 0.5 1.25 2.125 ... instead of 0.5 1.5 2.5).
 TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
@@ -365,22 +374,12 @@ TEST(AliasValidation, InPlaceMergeKeepsTheOtherPartsOff) {
   p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});
   p.out = TensorView::contiguous(a.f32.data() + 1, DType::kFP32, {4, 5});  // exactly part 0
   p.lse = TensorView::contiguous(a.f32b.data() + 64, DType::kFP32, {4});
-  TensorView rest = p.parts_out;
-  rest.data = a.f32.data();
-  rest.shape[0] = 1;
-  EXPECT_EQ(p.validate().message(),
-            overlap("out", p.out, "parts_out[1:]", rest,
-                    "in place, out (part 0 of parts_out) must not meet the other parts' elements"));
+  EXPECT_EQ(p.validate().message(), in_place_meets("out", p.out, "parts_out", p.parts_out, a.f32.data()));
   p.parts_out = TensorView::contiguous(a.f32.data(), DType::kFP32, {2, 4, 5});
   p.out = TensorView::contiguous(a.h16.data(), DType::kBF16, {4, 5});
   p.parts_lse = TensorView::strided(a.f32b.data() + 1, DType::kFP32, {2, 4}, {-1, 1});
   p.lse = TensorView::contiguous(a.f32b.data() + 1, DType::kFP32, {4});  // exactly part 0 of parts_lse
-  TensorView lse_rest = p.parts_lse;
-  lse_rest.data = a.f32b.data();
-  lse_rest.shape[0] = 1;
-  EXPECT_EQ(p.validate().message(),
-            overlap("lse", p.lse, "parts_lse[1:]", lse_rest,
-                    "in place, lse (part 0 of parts_lse) must not meet the other parts' elements"));
+  EXPECT_EQ(p.validate().message(), in_place_meets("lse", p.lse, "parts_lse", p.parts_lse, a.f32b.data()));
   p.parts_lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {2, 4});
   p.lse = TensorView::contiguous(a.f32b.data(), DType::kFP32, {4});
   expect_ok(p);
