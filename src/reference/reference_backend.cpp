@@ -1,5 +1,5 @@
 // The CPU reference backend: docs/spec.md in executable form. Accepts every valid problem, any geometry,
-// page sizes 1..256. It is the oracle every other backend is tested against, so it favours clarity
+// every page size validation admits (powers of two up to 256 in dense decode, any P >= 1 elsewhere). It is the oracle every other backend is tested against, so it favours clarity
 // over speed; it is still parallel over requests x heads so that the CPU demo finishes in seconds.
 
 #include <memory>
@@ -24,7 +24,7 @@ class ReferenceBackend final : public Backend {
     const std::string split = "split caches (kv_c, k_pe in two tensors) for bf16, fp16, fp8_e4m3";
     return {
         {OpKind::kDecode, any_geometry + "q=bf16,fp16; kv=bf16,fp16,fp8_e4m3,fp8_ds_mla,fp8_ds_v4; " + split +
-                              "; block table 2-D or flat with indptr; P=1..256; h_q=1..128; s_q=1..8; causal"},
+                              "; block table 2-D or flat with indptr; P=1,2,4,..,256; h_q=1..128; s_q=1..8; causal"},
         {OpKind::kSparseDecode, any_geometry + "kv=all formats; " + split + "; V as the whole row (DeepSeek V4); "
                                                "extra cache; topk_length; attn_sink"},
         {OpKind::kPrefill, "any head dims; causal bottom-right; lse"},
