@@ -67,14 +67,7 @@ int main() {
   attr[1].id = cudaLaunchAttributeCooperative;
   attr[1].val.cooperative = 1;
   auto cfg_of = [&](dim3 g, dim3 b, int sm, int na, cudaLaunchAttribute* a) {
-    cudaLaunchConfig_t c{};
-    c.gridDim = g;
-    c.blockDim = b;
-    c.dynamicSmemBytes = sm;
-    c.stream = st;
-    c.attrs = a;
-    c.numAttrs = na;
-    return c;
+    return cudaLaunchConfig_t{g, b, size_t(sm), st, a, unsigned(na)};  // grid, block, smem, stream, attributes
   };
   cudaLaunchConfig_t c_empty = cfg_of(dim3(1), dim3(32), 0, 1, attr);
   cudaLaunchConfig_t c_big = cfg_of(dim3(sms), dim3(384), smem, 1, attr);
