@@ -81,18 +81,21 @@ class DecodePlan {
   // plan() schedules the constructor's shapes: the query rows per request (s_q, h_q) and the cache's format and page
   // size fix a backend's partitions and tiles, so a run with others would read a schedule made for something else.
   void check_planned_shape(const DecodeProblem& p) const {
-    const auto same = [](const char* field, const std::string& got, const std::string& planned) {
+    // "field=value: must equal the DecodePlan's what=planned (...)", as validation words its messages.
+    const auto same = [](const std::string& field, const char* what, const std::string& got,
+                         const std::string& planned) {
       if (got == planned) return;
-      throw_conversion(field, got + ", the DecodePlan was built for " + planned + ": build one DecodePlan per shape");
+      throw_conversion((field + "=" + got).c_str(), std::string("must equal the DecodePlan's ") + what + "=" + planned +
+                                                        " (build one DecodePlan per shape)");
     };
     const auto text = [](int64_t v) { return std::to_string(v); };
     if (p.q.ndim == 4 && problem_.q.ndim == 4) {
-      same("q.shape[1] (s_q)", text(p.q.shape[1]), text(problem_.q.shape[1]));
-      same("q.shape[2] (h_q)", text(p.q.shape[2]), text(problem_.q.shape[2]));
+      same("q.shape[1]", "s_q", text(p.q.shape[1]), text(problem_.q.shape[1]));
+      same("q.shape[2]", "h_q", text(p.q.shape[2]), text(problem_.q.shape[2]));
     }
-    same("kv_cache.format", kv_format_name(p.kv.format), kv_format_name(problem_.kv.format));
+    same("kv_cache.format", "format", kv_format_name(p.kv.format), kv_format_name(problem_.kv.format));
     if (p.kv.pages.ndim == 3 && problem_.kv.pages.ndim == 3) {
-      same("kv_cache.page_size", text(p.kv.page_size()), text(problem_.kv.page_size()));
+      same("kv_cache.page_size", "page_size", text(p.kv.page_size()), text(problem_.kv.page_size()));
     }
   }
 

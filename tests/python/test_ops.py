@@ -104,12 +104,12 @@ def test_decode_plan_refuses_a_run_of_another_shape(rng):
     kv = mlakit.KvCache(cache, d_c=d_c, d_r=d_r)
     plan = mlakit.DecodePlan(q, kv, block_table, seq_lens, out, softmax_scale=TAU)
     plan.plan()
-    with pytest.raises(ValueError, match=r"q.shape\[2\] \(h_q\): 2, the DecodePlan was built for 4"):
+    with pytest.raises(ValueError, match=r"q.shape\[2\]=2: must equal the DecodePlan's h_q=4"):
         plan.run(q[:, :, :2], kv, out[:, :, :2])
-    with pytest.raises(ValueError, match=r"q.shape\[1\] \(s_q\): 2, the DecodePlan was built for 1"):
+    with pytest.raises(ValueError, match=r"q.shape\[1\]=2: must equal the DecodePlan's s_q=1"):
         plan.run(np.concatenate([q, q], 1), kv, np.concatenate([out, out], 1))
     fp16 = mlakit.KvCache(cache.astype(np.float16), d_c=d_c, d_r=d_r)
-    with pytest.raises(ValueError, match="kv_cache.format: fp16, the DecodePlan was built for bf16"):
+    with pytest.raises(ValueError, match="kv_cache.format=fp16: must equal the DecodePlan's format=bf16"):
         plan.run(q.astype(np.float16), fp16, out.astype(np.float16))
     plan.run(q, kv, out)  # the planned shape still runs
 
