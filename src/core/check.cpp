@@ -245,12 +245,10 @@ Status no_alias(std::initializer_list<Operand> outputs, std::initializer_list<Op
 
 namespace {
 
-/// Same data, dtype and shape, and the same stride wherever a dimension has more than one element; `b` is read
-/// from dimension `b_first` on.
-bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
-  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim - b_first || a.ndim < 0 || a.ndim > kMaxDims) {
-    return false;
-  }
+/// Same dtype and shape, and the same stride wherever a dimension has more than one element; `b` is read from
+/// dimension `b_first` on.
+bool same_layout_from(const TensorView& a, const TensorView& b, int b_first) {
+  if (a.dtype != b.dtype || a.ndim != b.ndim - b_first || a.ndim < 0 || a.ndim > kMaxDims) return false;
   for (int i = 0; i < a.ndim; ++i) {
     if (a.shape[i] != b.shape[i + b_first]) return false;
     if (a.shape[i] > 1 && a.stride[i] != b.stride[i + b_first]) return false;
@@ -258,7 +256,14 @@ bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
   return true;
 }
 
+/// same_layout_from() and the same data pointer: the same elements.
+bool same_elements_from(const TensorView& a, const TensorView& b, int b_first) {
+  return a.data == b.data && same_layout_from(a, b, b_first);
+}
+
 }  // namespace
+
+bool same_layout(const TensorView& a, const TensorView& b) { return same_layout_from(a, b, 0); }
 
 bool column_slices(const TensorView& a, int64_t a_row_bytes, const TensorView& b, int64_t b_row_bytes) {
   if (a.device != b.device || a.ndim != 3 || b.ndim != 3) return false;

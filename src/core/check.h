@@ -78,6 +78,9 @@ bool column_slices(const TensorView& a, int64_t a_row_bytes, const TensorView& b
 bool is_part0(const TensorView& view, const TensorView& parts);
 /// Whether two views address exactly the same elements (same data, dtype, shape and strides, as above).
 bool same_elements(const TensorView& a, const TensorView& b);
+/// Whether two views address their elements alike, wherever they start: dtype, shape, and strides wherever a
+/// dimension steps.
+bool same_layout(const TensorView& a, const TensorView& b);
 
 /// t.shape[dim] == expected, else "name.shape[dim]=v: must equal <what>=expected".
 Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected, std::string_view what);

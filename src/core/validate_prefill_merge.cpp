@@ -32,15 +32,6 @@ TensorView parts_after_first(const TensorView& parts) {
   return rest;
 }
 
-/// Whether two views address their elements alike: dtype, rank, shape, and strides wherever a dimension steps.
-bool same_layout(const TensorView& a, const TensorView& b) {
-  if (a.dtype != b.dtype || a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i] || (a.shape[i] > 1 && a.stride[i] != b.stride[i])) return false;
-  }
-  return true;
-}
-
 /// Merge reads element i of every input and writes element i of out (and lse), each element on its own: an input may
 /// therefore share memory with out only element for element at the same index (the in-place form, exactly the same
 /// elements) or not at all. Where the input has out's layout, whether any of its elements lies on one of out's at
@@ -49,7 +40,7 @@ bool same_layout(const TensorView& a, const TensorView& b) {
 Status keeps_off(const TensorView& out, const check::Operand& out_op, const TensorView& in,
                  const check::Operand& in_op, std::string_view rule) {
   if (!out.defined() || !in.defined() || check::same_elements(out, in)) return {};
-  if (same_layout(out, in) && out.numel() > 0) {
+  if (check::same_layout(out, in) && out.numel() > 0) {
     const auto elem = int64_t(dtype_size(out.dtype));
     const auto delta = int64_t(reinterpret_cast<uintptr_t>(in.data) - reinterpret_cast<uintptr_t>(out.data));
     if (delta % elem == 0 && check::elements_meet(check::index_differences(out), delta / elem) == 0) return {};

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cuda/common/check.h"
+#include "mlakit/problems.h"
 
 namespace mlakit::cuda::cache {
 
@@ -43,7 +44,7 @@ Status require_vector_rows(const TensorView& t, std::string_view name, int64_t b
 }
 
 Status require_shift_page_size(int64_t page_size, std::string_view kernel) {
-  if (page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0) return {};
+  if (page_size >= kMinPageSize && page_size <= kMaxPageSize && (page_size & (page_size - 1)) == 0) return {};
   return unsupported("cache.page_size", page_size,
                      "must be a power of two in [1, 256] for the cuda " + std::string(kernel) +
                          " kernel (it shifts slots into pages; the reference backend takes any page size)");
