@@ -37,4 +37,17 @@ Status cached_device_info(const DeviceInfo** out) {
   return {};
 }
 
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+Status DeviceGuard::set(Device device) {
+  int current = 0;
+  MLAKIT_CUDA_TRY(cudaGetDevice(&current));
+  if (current == device.index) return {};
+  MLAKIT_CUDA_TRY(cudaSetDevice(device.index));
+  previous_ = current;
+  return {};
+}
+
 }  // namespace mlakit::cuda

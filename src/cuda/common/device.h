@@ -1,7 +1,8 @@
 #pragma once
-// Facts about the current CUDA device that backends need on the host.
+// Facts about the current CUDA device that backends need on the host, and a guard that makes a call's device current.
 
 #include "mlakit/status.h"
+#include "mlakit/types.h"
 
 namespace mlakit::cuda {
 
@@ -22,5 +23,19 @@ Status current_device_info(DeviceInfo* info);
 /// for the calling thread's life (the entries never move). Not cached: the absence of a device (the next call asks
 /// again).
 Status cached_device_info(const DeviceInfo** info);
+
+/// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
+/// whatever device the calling thread last used); restores the previous device afterwards.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard();
+  Status set(Device device);
+
+ private:
+  int previous_ = -1;
+};
 
 }  // namespace mlakit::cuda

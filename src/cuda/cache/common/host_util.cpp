@@ -56,17 +56,4 @@ int log2_exact(int64_t power_of_two) {
   return r;
 }
 
-DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
-Status DeviceGuard::set(Device device) {
-  int current = 0;
-  MLAKIT_CUDA_TRY(cudaGetDevice(&current));
-  if (current == device.index) return {};
-  MLAKIT_CUDA_TRY(cudaSetDevice(device.index));
-  previous_ = current;
-  return {};
-}
-
 }  // namespace mlakit::cuda::cache

@@ -1,6 +1,6 @@
 #pragma once
 // Host helpers of the cache operations: the "field=value: rule" checks of the *_supports functions
-// (alignment and vector-width rules that validate() does not know about), and the device guard.
+// (alignment and vector-width rules that validate() does not know about).
 
 #include <cuda_runtime_api.h>
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "cuda/common/device.h"  // DeviceGuard, which the cache kernels' hosts use
 #include "mlakit/status.h"
 #include "mlakit/types.h"
 
@@ -32,19 +33,6 @@ Status require_shift_page_size(int64_t page_size, std::string_view kernel);
 /// log2 of a power of two.
 int log2_exact(int64_t power_of_two);
 
-/// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
-/// whatever device the calling thread last used); restores the previous device afterwards.
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard();
-  Status set(Device device);
-
- private:
-  int previous_ = -1;
-};
 
 inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
 

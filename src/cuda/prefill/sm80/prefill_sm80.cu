@@ -64,7 +64,7 @@ Status prefill_supports(const PrefillProblem& p) {
 
 Status prefill_run(const PrefillProblem& p, Stream stream) {
   if (p.q.shape[0] == 0) return {};
-  cache::DeviceGuard guard;
+  DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
   const prefill::PrefillParams params = prefill::make_params(p);
   const int64_t slots = prefill::grid_slots(p.q.shape[0], p.batch(), prefill::sm80::kBlockM);

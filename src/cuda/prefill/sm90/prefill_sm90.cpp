@@ -63,7 +63,7 @@ Status prefill_sm90_supports(const PrefillProblem& p) {
 
 Status prefill_sm90_run(const PrefillProblem& p, Stream stream) {
   if (p.q.shape[0] == 0) return {};
-  cache::DeviceGuard guard;
+  DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
   CUtensorMap maps[3] = {};
   MLAKIT_TRY(prefill::sm90::encode(p.q, &maps[0]));
