@@ -44,6 +44,7 @@ PrefillProblem PrefillCase::problem() {
   const auto strided = [&](const std::vector<uint16_t>& bits, int64_t tokens, int64_t d) {
     TensorView t = TensorView::contiguous(bits.data(), cfg.dtype, {tokens, cfg.h_q, d});
     t.stride[0] = token_stride(d);
+    if (cfg.in_head_stride != 0) t.stride[1] = cfg.in_head_stride;  // values stay at h * d: h_q = 1 only
     return t;
   };
   PrefillProblem p;

@@ -25,6 +25,7 @@ struct PrefillCaseConfig {
   bool causal = false;
   int64_t token_padding = 8;  // extra poisoned elements after each token's h_q * d values
   int64_t out_head_stride = 0;  // out's stride over heads in elements; 0: contiguous (d_vh)
+  int64_t in_head_stride = 0;   // q, k and v's stride over heads in elements (h_q = 1 only: never stepped); 0: d
   uint64_t seed = 1;
 };
 

@@ -176,6 +176,27 @@ TEST_P(CudaPrefillLong, OneHeadWithAnOddOutHeadStride) {
   }
 }
 
+// A dimension of one element never steps, so validation ignores its stride, and so must the Hopper path's TMA
+// descriptors (cuTensorMapEncodeTiled refuses a stride that is not a multiple of 16 bytes): one head with an odd head
+// stride on q, k and v, and a batch of one token per side with an odd token stride.
+TEST_P(CudaPrefillLong, StridesOfOneElementDimensionsAreNotUsed) {
+  PrefillCaseConfig one_head;
+  one_head.h_q = 1;
+  one_head.in_head_stride = 193;
+  one_head.lens = {{0, 0}, {1, 33}, {65, 130}, {200, 200}};
+  one_head.seed = 83;
+  expect_matches_reference(one_head, GetParam());
+  for (bool causal : {false, true}) {
+    PrefillCaseConfig one_token;
+    one_token.h_q = 3;
+    one_token.token_padding = 3;  // token stride 3 * 192 + 3 elements (q, k), 3 * 128 + 3 (v)
+    one_token.causal = causal;
+    one_token.lens = {{1, 1}};
+    one_token.seed = 84 + (causal ? 1 : 0);
+    expect_matches_reference(one_token, GetParam());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
 
 /// A host tensor's copy on the GPU (contiguous views only), and the way back for outputs.

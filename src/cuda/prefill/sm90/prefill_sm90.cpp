@@ -17,11 +17,15 @@ constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxTokens = 2147483647;  // TMA coordinates are int32
 
 /// [T, h, d] as a tensor map {d, h, T} read in boxes of 64 values x 1 head x 64 tokens. T = 0: nothing to encode
-/// (no block reads it).
+/// (no block reads it). A dimension of one element (h = 1, T = 1) never steps, so check_rows lets its stride be
+/// anything, while the encoder wants every stride a multiple of 16 bytes: such a stride is given as that of packed
+/// rows instead (the box never reaches a second head or token, so the value is never used).
 Status encode(const TensorView& t, CUtensorMap* map) {
   if (t.shape[0] == 0) return {};
   const uint64_t dims[3] = {uint64_t(t.shape[2]), uint64_t(t.shape[1]), uint64_t(t.shape[0])};
-  const uint64_t strides[2] = {uint64_t(t.stride[1]) * 2, uint64_t(t.stride[0]) * 2};
+  const uint64_t head_bytes = t.shape[1] == 1 ? dims[0] * 2 : uint64_t(t.stride[1]) * 2;
+  const uint64_t token_bytes = t.shape[0] == 1 ? head_bytes * dims[1] : uint64_t(t.stride[0]) * 2;
+  const uint64_t strides[2] = {head_bytes, token_bytes};
   const uint32_t box[3] = {64, 1, uint32_t(kTmaBoxRows)};
   return encode_tensor_map_16bit(map, t.data, dims, strides, box);
 }
