@@ -61,68 +61,91 @@ Status run_on(const Backend& be, Problem p, cudaStream_t stream, CallBuffers<Pro
   return {};
 }
 
+/// A dense decode and a sparse decode call on device 0, their inputs uploaded once, and the backends selection chose.
+struct TwoCalls {
+  DecodeCase dense;
+  SparseCase sparse;
+  DeviceBuffer dq, dcache, dtable, dlens, sq, scache, sidx, slen;
+  // Outputs of the problems as selected; every call replaces them with its own (run_on).
+  DeviceBuffer dout, dlse, sout, slse;
+  DecodeProblem dp;
+  SparseDecodeProblem sp;
+  const Backend* dense_backend = nullptr;
+  const Backend* sparse_backend = nullptr;
+
+  TwoCalls() {
+    static const Registry registry = make_default_registry();
+    DecodeCaseConfig dc;
+    dc.seq_lens = {0, 1, 700, 2900, 64, 1500};
+    dc.s_q = 2;
+    dc.h_q = 64;
+    dc.causal = true;
+    dc.seed = 11;
+    dense = DecodeCase::generate(dc);
+    SparseCaseConfig sc;
+    sc.batch = 4;
+    sc.s_q = 2;
+    sc.h_q = 32;
+    sc.topk = 512;
+    sc.num_pages = 20;
+    sc.format = KvFormat::kFP8DsMla;
+    sc.topk_length = {512, 0, 77, 300};
+    sc.seed = 12;
+    sparse = SparseCase::generate(sc);
+    dout.allocate(dense.out.size() * 2);
+    dlse.allocate(dense.lse.size() * 4);
+    sout.allocate(sparse.out.size() * 2);
+    slse.allocate(sparse.lse.size() * 4);
+    DeviceBuffer::upload(&dq, dense.q);
+    DeviceBuffer::upload(&dcache, dense.cache);
+    DeviceBuffer::upload(&dtable, dense.block_table);
+    DeviceBuffer::upload(&dlens, dense.seq_lens);
+    DeviceBuffer::upload(&sq, sparse.q);
+    DeviceBuffer::upload(&scache, sparse.cache);
+    DeviceBuffer::upload(&sidx, sparse.indices);
+    DeviceBuffer::upload(&slen, sparse.topk_length);
+    DecodeBuffers da;
+    da.q = dq.get();
+    da.cache = dcache.get();
+    da.block_table = dtable.get();
+    da.seq_lens = dlens.get();
+    da.out = dout.get();
+    da.lse = dlse.get();
+    dp = dense.problem(da, Device::cuda(0));
+    SparseBuffers sa;
+    sa.q = sq.get();
+    sa.cache = scache.get();
+    sa.indices = sidx.get();
+    sa.topk_length = slen.get();
+    sa.out = sout.get();
+    sa.lse = slse.get();
+    sp = sparse.problem(sa, Device::cuda(0));
+    dense_backend = registry.select(dp).backend;
+    sparse_backend = registry.select(sp).backend;
+  }
+  std::string names() const { return dense_backend->name() + ", " + sparse_backend->name(); }
+};
+
 TEST(Concurrency, EightThreadsWithTheirOwnStreamsAgree) {
   std::string why;
   if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
-  static const Registry registry = make_default_registry();
-
-  DecodeCaseConfig dc;
-  dc.seq_lens = {0, 1, 700, 2900, 64, 1500};
-  dc.s_q = 2;
-  dc.h_q = 64;
-  dc.causal = true;
-  dc.seed = 11;
-  DecodeCase dense = DecodeCase::generate(dc);
-  SparseCaseConfig sc;
-  sc.batch = 4;
-  sc.s_q = 2;
-  sc.h_q = 32;
-  sc.topk = 512;
-  sc.num_pages = 20;
-  sc.format = KvFormat::kFP8DsMla;
-  sc.topk_length = {512, 0, 77, 300};
-  sc.seed = 12;
-  SparseCase sparse = SparseCase::generate(sc);
-
-  // Inputs once on the device, read by every thread.
-  DeviceBuffer dq, dcache, dtable, dlens, sq, scache, sidx, slen;
-  // Outputs of the problems as selected; every call replaces them with its own (run_on).
-  DeviceBuffer dout(dense.out.size() * 2), dlse(dense.lse.size() * 4), sout(sparse.out.size() * 2),
-      slse(sparse.lse.size() * 4);
-  DeviceBuffer::upload(&dq, dense.q);
-  DeviceBuffer::upload(&dcache, dense.cache);
-  DeviceBuffer::upload(&dtable, dense.block_table);
-  DeviceBuffer::upload(&dlens, dense.seq_lens);
-  DeviceBuffer::upload(&sq, sparse.q);
-  DeviceBuffer::upload(&scache, sparse.cache);
-  DeviceBuffer::upload(&sidx, sparse.indices);
-  DeviceBuffer::upload(&slen, sparse.topk_length);
-  DecodeBuffers da;
-  da.q = dq.get();
-  da.cache = dcache.get();
-  da.block_table = dtable.get();
-  da.seq_lens = dlens.get();
-  da.out = dout.get();
-  da.lse = dlse.get();
-  const DecodeProblem dp = dense.problem(da, Device::cuda(0));
-  SparseBuffers sa;
-  sa.q = sq.get();
-  sa.cache = scache.get();
-  sa.indices = sidx.get();
-  sa.topk_length = slen.get();
-  sa.out = sout.get();
-  sa.lse = slse.get();
-  const SparseDecodeProblem sp = sparse.problem(sa, Device::cuda(0));
-  const Selection dsel = registry.select(dp), ssel = registry.select(sp);
-  ASSERT_NE(dsel.backend, nullptr) << dsel.explain();
-  ASSERT_NE(ssel.backend, nullptr) << ssel.explain();
+  cudaSetDevice(0);
+  TwoCalls c;
+  ASSERT_NE(c.dense_backend, nullptr);
+  ASSERT_NE(c.sparse_backend, nullptr);
+  const Backend* dsel = c.dense_backend;
+  const Backend* ssel = c.sparse_backend;
+  const DecodeProblem& dp = c.dp;
+  const SparseDecodeProblem& sp = c.sp;
+  const DecodeCase& dense = c.dense;
+  const SparseCase& sparse = c.sparse;
 
   Result dense_ref, sparse_ref;
   {
-    CallBuffers<DecodeProblem> db(*dsel.backend, dp, dense.out.size(), dense.lse.size());
-    CallBuffers<SparseDecodeProblem> sb(*ssel.backend, sp, sparse.out.size(), sparse.lse.size());
-    ASSERT_TRUE(run_on(*dsel.backend, dp, nullptr, db, &dense_ref).ok());
-    ASSERT_TRUE(run_on(*ssel.backend, sp, nullptr, sb, &sparse_ref).ok());
+    CallBuffers<DecodeProblem> db(*dsel, dp, dense.out.size(), dense.lse.size());
+    CallBuffers<SparseDecodeProblem> sb(*ssel, sp, sparse.out.size(), sparse.lse.size());
+    ASSERT_TRUE(run_on(*dsel, dp, nullptr, db, &dense_ref).ok());
+    ASSERT_TRUE(run_on(*ssel, sp, nullptr, sb, &sparse_ref).ok());
   }
 
   std::vector<int> mismatches(kThreads, 0);
@@ -136,12 +159,12 @@ TEST(Concurrency, EightThreadsWithTheirOwnStreamsAgree) {
         errors[size_t(t)] = "cudaStreamCreate failed";
         return;
       }
-      CallBuffers<DecodeProblem> db(*dsel.backend, dp, dense.out.size(), dense.lse.size());
-      CallBuffers<SparseDecodeProblem> sb(*ssel.backend, sp, sparse.out.size(), sparse.lse.size());
+      CallBuffers<DecodeProblem> db(*dsel, dp, dense.out.size(), dense.lse.size());
+      CallBuffers<SparseDecodeProblem> sb(*ssel, sp, sparse.out.size(), sparse.lse.size());
       for (int i = 0; i < kIterations && errors[size_t(t)].empty(); ++i) {
         Result d, s;
-        Status st = run_on(*dsel.backend, dp, stream, db, &d);
-        if (st.ok()) st = run_on(*ssel.backend, sp, stream, sb, &s);
+        Status st = run_on(*dsel, dp, stream, db, &d);
+        if (st.ok()) st = run_on(*ssel, sp, stream, sb, &s);
         if (!st.ok()) errors[size_t(t)] = st.to_string();
         mismatches[size_t(t)] += !(d == dense_ref) + !(s == sparse_ref);
       }
@@ -151,9 +174,60 @@ TEST(Concurrency, EightThreadsWithTheirOwnStreamsAgree) {
   for (std::thread& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_TRUE(errors[size_t(t)].empty()) << "thread " << t << ": " << errors[size_t(t)];
-    EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t << " (" << dsel.backend->name() << ", "
-                                        << ssel.backend->name() << ")";
+    EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t << " (" << c.names() << ")";
   }
+}
+
+// A call runs on its tensors' device, whatever device the calling thread has current (docs/backends.md, "Which
+// GPU"), and gives the caller's current device back: inputs, outputs and workspace on device 0, device 1 current.
+// Needs two GPUs; the results must equal those of the same calls made with device 0 current, bit for bit.
+TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
+  std::string why;
+  if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  cudaSetDevice(0);
+  TwoCalls c;
+  ASSERT_NE(c.dense_backend, nullptr);
+  ASSERT_NE(c.sparse_backend, nullptr);
+  CallBuffers<DecodeProblem> db(*c.dense_backend, c.dp, c.dense.out.size(), c.dense.lse.size());
+  CallBuffers<SparseDecodeProblem> sb(*c.sparse_backend, c.sp, c.sparse.out.size(), c.sparse.lse.size());
+  Result dense_ref, sparse_ref, d, s;
+  ASSERT_TRUE(run_on(*c.dense_backend, c.dp, nullptr, db, &dense_ref).ok());
+  ASSERT_TRUE(run_on(*c.sparse_backend, c.sp, nullptr, sb, &sparse_ref).ok());
+
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  const Workspace dw{db.ws.get(), db.ws.bytes()}, sw{sb.ws.get(), sb.ws.bytes()};
+  DecodeProblem dp = c.dp;
+  SparseDecodeProblem sp = c.sp;
+  dp.out.data = db.out.get();
+  dp.lse.data = db.lse.get();
+  sp.out.data = sb.out.get();
+  sp.lse.data = sb.lse.get();
+  // Poisoned first on device 0 (the memsets run on device 0's legacy stream), so a call that wrote nothing shows.
+  cudaSetDevice(0);
+  for (DeviceBuffer* b : {&db.out, &db.lse, &sb.out, &sb.lse}) cudaMemset(b->get(), 0xFF, b->bytes());
+  cudaDeviceSynchronize();
+  cudaSetDevice(1);
+  Status st = c.dense_backend->plan(dp, dw, Stream{});
+  if (st.ok()) st = c.dense_backend->run(dp, dw, Stream{});
+  if (st.ok()) st = c.sparse_backend->run(sp, sw, Stream{});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  int current = -1;
+  cudaGetDevice(&current);
+  EXPECT_EQ(current, 1) << "the caller's current device was not given back";
+  cudaSetDevice(0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d.out.resize(db.out.bytes() / 2);
+  d.lse.resize(db.lse.bytes() / 4);
+  s.out.resize(sb.out.bytes() / 2);
+  s.lse.resize(sb.lse.bytes() / 4);
+  cudaMemcpy(d.out.data(), db.out.get(), db.out.bytes(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(d.lse.data(), db.lse.get(), db.lse.bytes(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(s.out.data(), sb.out.get(), sb.out.bytes(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(s.lse.data(), sb.lse.get(), sb.lse.bytes(), cudaMemcpyDeviceToHost);
+  EXPECT_TRUE(d == dense_ref) << c.names();
+  EXPECT_TRUE(s == sparse_ref) << c.names();
 }
 
 }  // namespace
