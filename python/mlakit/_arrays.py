@@ -41,7 +41,8 @@ def empty(like, shape, dtype: str = SAME):
     if is_cupy(like):
         import cupy
 
-        return cupy.empty(shape, dtype=like.dtype if dtype == SAME else dtype)
+        with like.device:  # cupy allocates on its current device, which need not be like's
+            return cupy.empty(shape, dtype=like.dtype if dtype == SAME else dtype)
     return np.empty(shape, dtype=np.asarray(like).dtype if dtype == SAME else dtype)
 
 
@@ -52,7 +53,8 @@ def contiguous_swap_last_two(x):
     if is_cupy(x):
         import cupy
 
-        return cupy.ascontiguousarray(cupy.swapaxes(x, -1, -2))
+        with x.device:
+            return cupy.ascontiguousarray(cupy.swapaxes(x, -1, -2))
     return np.ascontiguousarray(np.swapaxes(x, -1, -2))
 
 
@@ -63,7 +65,8 @@ def neg_inf_to_pos_inf(x):
     elif is_cupy(x):
         import cupy
 
-        cupy.putmask(x, x == -cupy.inf, cupy.inf)
+        with x.device:
+            cupy.putmask(x, x == -cupy.inf, cupy.inf)
     else:
         np.putmask(x, x == -np.inf, np.inf)
     return x
@@ -76,7 +79,8 @@ def where_ge_to_minus_one(x, limit: int):
     if is_cupy(x):
         import cupy
 
-        return cupy.where(x >= limit, -1, x).astype(x.dtype)
+        with x.device:
+            return cupy.where(x >= limit, -1, x).astype(x.dtype)
     return np.where(x >= limit, np.int32(-1), x).astype(x.dtype)
 
 
@@ -89,7 +93,8 @@ def concat_last(a, b):
     if is_cupy(a):
         import cupy
 
-        return cupy.concatenate([a, b], axis=-1)
+        with a.device:
+            return cupy.concatenate([a, b], axis=-1)
     return np.concatenate([np.asarray(a), np.asarray(b)], axis=-1)
 
 
@@ -128,7 +133,8 @@ def int32_like(x, like):
     if is_cupy(like):
         import cupy
 
-        return cupy.asarray(x, dtype=cupy.int32)
+        with like.device:
+            return cupy.asarray(x, dtype=cupy.int32)
     x = to_host_ints(x) if (is_torch(x) or is_cupy(x)) else np.asarray(x)
     return x if x.dtype == np.int32 else x.astype(np.int32)
 

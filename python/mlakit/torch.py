@@ -142,11 +142,13 @@ def decode_plan(workspace, q, kv_cache, block_table, seq_lens, softmax_scale, ca
                             softmax_scale=softmax_scale, causal=causal, workspace=workspace)
 
 
-@_op(f"decode_run(Tensor workspace, {_DECODE_ARGS}, Tensor? kv_scale=None) -> (Tensor, Tensor)",
+@_op(f"decode_run(Tensor(a!) workspace, {_DECODE_ARGS}, Tensor? kv_scale=None) -> (Tensor, Tensor)",
      lambda workspace, *args, **kwargs: _decode_fake(*args, **kwargs))
 def decode_run(workspace, q, kv_cache, block_table, seq_lens, softmax_scale, causal=False, kv_format="", d_c=512,
                kv_scale=None):
-    """Decode for one layer with the schedule :func:`decode_plan` left in `workspace`."""
+    """Decode for one layer with the schedule :func:`decode_plan` left in `workspace`, which it also writes (the
+    split rows' partial results, and the schedule itself where the decode CTAs plan their own partitions): so the
+    schema marks it mutated, and torch.compile keeps the calls sharing a workspace in order."""
     out, lse = _decode_outputs(q, d_c)
     mlakit.decode_run_step(q, _cache(kv_cache, kv_format, d_c, q.shape[-1], kv_scale), block_table, seq_lens, out,
                            lse, softmax_scale=softmax_scale, causal=causal, workspace=workspace)

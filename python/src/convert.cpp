@@ -246,8 +246,19 @@ Stream resolve_stream(nb::handle stream, const ArgHolder& args, Device device) {
           nb::cast<intptr_t>(cuda.attr("current_stream")(args.cuda_index()).attr("cuda_stream")));
     }
     case Framework::kCupy: {
+      // cupy's current stream is per device: ask with the arrays' device current (a cupy.cuda.Device context).
       nb::object cuda = nb::module_::import_("cupy").attr("cuda");
-      return reinterpret_cast<Stream>(nb::cast<intptr_t>(cuda.attr("get_current_stream")().attr("ptr")));
+      nb::object on_device = cuda.attr("Device")(args.cuda_index());
+      on_device.attr("__enter__")();
+      intptr_t ptr = 0;
+      try {
+        ptr = nb::cast<intptr_t>(cuda.attr("get_current_stream")().attr("ptr"));
+      } catch (...) {
+        on_device.attr("__exit__")(nb::none(), nb::none(), nb::none());
+        throw;
+      }
+      on_device.attr("__exit__")(nb::none(), nb::none(), nb::none());
+      return reinterpret_cast<Stream>(ptr);
     }
     default: return nullptr;  // the legacy default stream
   }
