@@ -27,7 +27,11 @@ std::vector<Feature> decode_features() {
            "indptr; h_q=1..128; s_q=1..8 causal|non-causal; any b incl. L=0; device-side split-KV plan; sm_80+"}};
 }
 
-Status decode_supports(const DecodeProblem& p) { return decode::check_decode_common(p, kPath, /*split=*/true); }
+Status decode_supports(const DecodeProblem& p) {
+  MLAKIT_TRY(decode::check_decode_common(p, kPath, /*split=*/true));
+  decode::Sm80Shape s;
+  return shape_for(p, &s);  // whether the kernel fits this device (sm80_shape)
+}
 
 size_t decode_workspace_bytes(const DecodeProblem& p) {
   decode::Sm80Shape s;

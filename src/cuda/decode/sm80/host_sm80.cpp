@@ -113,6 +113,17 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
     return {};
   }
   s.row_groups = row_groups_for(rows);
+  // The portable CTA's shared memory (config.h's smem_layout) is 112 - 160 KB past 16 rows, above the 99 KB a block
+  // may have on sm_86, sm_89 and sm_120: declined there by name (supports() asks) instead of failing at launch. The
+  // kernel's static shared memory (the plan's bounds) comes on top: 1 KB is kept for it.
+  const int need = smem_layout(v.kind, s.row_groups, v.sparse, v.v4 ? kDimQKV4 : kDimQK).total + 1024;
+  if (need > facts->info.max_smem_per_block_optin) {
+    return Status::not_supported("query rows per request=" + std::to_string(rows) +
+                                 ": the portable decode kernel needs " + std::to_string(need) +
+                                 " bytes of shared memory per block for them, device " +
+                                 std::to_string(facts->info.ordinal) + " allows " +
+                                 std::to_string(facts->info.max_smem_per_block_optin));
+  }
   const int64_t per_cta = int64_t(s.row_groups) * kRowsPerGroup;
   s.row_blocks = int((rows + per_cta - 1) / per_cta);
   int& ctas = facts->sm80_ctas[v.sparse ? 1 : 0][v.bf16 ? 1 : 0][v.v4 ? 1 : 0][int(v.kind)][row_group_index(s.row_groups)];

@@ -33,7 +33,11 @@ std::vector<Feature> sparse_decode_features() {
            "skipped; b x s_q up to 2^31-1 (prefill as b = tokens); device-side split plan; sm_80+"}};
 }
 
-Status sparse_decode_supports(const SparseDecodeProblem& p) { return decode::check_sparse_common(p, kPath); }
+Status sparse_decode_supports(const SparseDecodeProblem& p) {
+  MLAKIT_TRY(decode::check_sparse_common(p, kPath));
+  decode::Sm80Shape s;
+  return shape_for(p, &s);  // whether the kernel fits this device (sm80_shape)
+}
 
 size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
   decode::Sm80Shape s;

@@ -4,6 +4,7 @@
 
 #include "cuda/cache/common/host_util.h"
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/ops.h"
 #include "cuda/prefill/sm80/kernel.cuh"
 #include "cuda/prefill/smxx/host.h"
@@ -14,6 +15,12 @@ namespace {
 
 const char* const kWhy = "16-byte cp.async rows of the cuda prefill kernel";
 constexpr int64_t kMaxGridX = 2147483647;
+
+/// Dynamic shared memory of the kernel for a compiled (d_qk, d_v).
+int smem_bytes(int64_t d_qk, int64_t d_v) {
+  if (d_qk == 192) return PrefillSmem<192, 128>::total;
+  return d_qk == 128 ? PrefillSmem<128, 128>::total : PrefillSmem<64, 64>::total;
+}
 
 /// The (d_qk, d_v) pairs compiled: MLA's 192/128 and the plain 128/128 and 64/64.
 bool dims_compiled(int64_t d_qk, int64_t d_v) {
@@ -56,6 +63,16 @@ Status prefill_supports(const PrefillProblem& p) {
                        "the cuda prefill kernel is compiled for (192, 128), (128, 128) and (64, 64)");
   }
   MLAKIT_TRY(prefill::check_rows(p, prefill::sm80::kWhy));
+  // 104 KB at 192/128: above the 99 KB a block may have on sm_86, sm_89 and sm_120 (declined there by name).
+  const DeviceInfo* info = nullptr;
+  MLAKIT_TRY(cached_device_info(&info));
+  const int need = prefill::sm80::smem_bytes(d_qk, d_v);
+  if (need > info->max_smem_per_block_optin) {
+    return unsupported("(d_qk, d_v)", "(" + std::to_string(d_qk) + ", " + std::to_string(d_v) + ")",
+                       "the cuda prefill kernel needs " + std::to_string(need) + " bytes of shared memory per block "
+                       "for it, device " + std::to_string(info->ordinal) + " allows " +
+                       std::to_string(info->max_smem_per_block_optin));
+  }
   if (prefill::grid_slots(p.q.shape[0], p.batch(), prefill::sm80::kBlockM) > prefill::sm80::kMaxGridX) {
     return unsupported("T_q", p.q.shape[0], "must leave T_q / 64 + b below 2^31 (grid size)");
   }
