@@ -22,6 +22,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/row_prefetch.cuh"
 #include "cuda/decode/sm90/smem.cuh"
 #include "cuda/decode/sm90/tile_source.cuh"
 #include "cuda/decode/smxx/params.h"
@@ -465,7 +466,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
 
 /// The V warpgroup (config.h): rescales output columns [256, 512) and adds P V into them for every tile, then writes
 /// them with the factors the S warpgroup left in the epilogue.
-template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kPair>
 __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_tma, const Smem& sm,
                                                 const PartitionBounds& bounds, int partition, int row_block, int peer) {
   const AccLane at(kVWarpgroup);
@@ -474,6 +475,12 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
 
   for_each_piece<kSparse>(p, bounds, partition, kTileShift, [&](const Piece& pc) {
     const int32_t n = pc.n_tiles;
+    // Sparse V3.2 fp8 rows in CTAs without a pair: the rows of the tile kAheadTiles on go to L2 while this warpgroup
+    // waits for the next P (row_prefetch.cuh says where it was measured to help, and where not).
+    constexpr bool kAhead = kSparse && !kPair && kKind != KvKind::k16Bit && kDqk == kDimQK;
+    using Ahead = RowsAhead<kKind, kDqk>;
+    Ahead ahead;
+    if constexpr (kAhead) ahead = Ahead(p, pc, int(threadIdx.x) - kVWarpgroup * kWarpgroupThreads);
     zero_o(o);
     for (int32_t j = 0; j < n; ++j) {
       const uint32_t g = g0 + j;
@@ -499,6 +506,7 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
       fence_registers(o);
       if (at.lane == 0) release(sm, st, kPartHalf1, peer);
       if (j + 1 < n) consumer_barrier(kBarPFree);
+      if constexpr (kAhead) ahead.prefetch_then_load(p, pc, j + kAheadTiles);
     }
     // ---- epilogue: the S warpgroup's output factors, then this half of the output ----
     // No second barrier after the reads of o_scale: the S warpgroup rewrites it only in the next piece's epilogue,

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_s_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   } else {
     setmaxnreg_dec<kVRegs>();
-    run_v_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
+    run_v_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
   if (peer >= 0) cluster_sync();

@@ -26,6 +26,7 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/row_prefetch.cuh"
 #include "cuda/decode/sm90/smem.cuh"
 #include "cuda/decode/smxx/config.h"
 #include "cuda/decode/smxx/dequant.cuh"
@@ -157,24 +158,16 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   Fp8Row<kKind, kDqk> r;
   if constexpr (kLoadFirst) load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);  // in flight under the prefetch
   if (has_next) {
-    // Each of a row's 4 threads prefetches every 4th of the 128-byte lines the row touches (counted from the line
-    // holding its first byte: a row may start anywhere in a line), and thread 0 its fp8_ds_v4 scale block, which lies
-    // apart in the page: its first use was the producer's largest stall in the V4 profile (docs/performance.md,
-    // 2026-11-25).
+    // Each of a row's 4 threads prefetches every 4th of the 128-byte lines the row touches, and thread 0 its fp8_ds_v4
+    // scale block (row_prefetch.cuh): the scale block's first use was the producer's largest stall in the V4 profile
+    // (docs/performance.md, 2026-11-25).
     for (int k = first_pass; k < end_pass; ++k) {
       const int64_t t = t0 + kBlockN + row0 + kFp8RowsPerPass * k;
       with_tile_id_set<kSparse>(t0 + kBlockN, kBlockN, main_len, len, [&](auto set) {
         const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
         if (k == 0) carry[0] = next;
         if (k == 1) carry[1] = next;
-        if (next.row == nullptr) return;
-        const auto first = reinterpret_cast<uintptr_t>(next.row) & ~uintptr_t(127);
-        const int span = int(reinterpret_cast<uintptr_t>(next.row) - first) + kRowBytes;  // bytes from `first`
-#pragma unroll
-        for (int line = q; line * 128 < span; line += kFp8ThreadsPerRow) {
-          prefetch_l2(reinterpret_cast<const void*>(first + uintptr_t(line) * 128));
-        }
-        if (kScales && q == 0) prefetch_l2(next.scales);
+        prefetch_row_l2<kRowBytes, kScales>(next, q, kFp8ThreadsPerRow);
       });
     }
   }
