@@ -33,8 +33,8 @@ __device__ __forceinline__ void prefetch_row_l2(const RowRef& ref, int q, int th
 
 /// Tiles past the consumers' current one whose rows the V warpgroup prefetches: the producer fills the stage of tile
 /// t + 2 once tile t is released, prefetching t + 3 as it does, so 4 reaches a tile the producer has not yet asked for.
-/// Not more: 5 and 6 made V3.2 b128 h64 22% and 33% slower on the H100 (2026-11-28), each tile further ahead keeping
-/// another ~42 KB per CTA of evict_last lines in L2 until the rows evict each other before they are read.
+/// Not more: 5 and 6 made V3.2 b128 h64 22% and 33% slower on the H100 (2026-11-28), at normal L2 priority too; not
+/// profiled, likeliest each tile further ahead keeps another ~42 KB per CTA of rows in L2 until they evict each other.
 inline constexpr int kAheadTiles = 4;
 
 /// The V warpgroup's share of that prefetch for one piece (a request's run of tiles) of a sparse CTA without a pair:
