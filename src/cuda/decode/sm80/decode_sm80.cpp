@@ -42,6 +42,7 @@ size_t decode_workspace_bytes(const DecodeProblem& p) {
 Status decode_plan(const DecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
+  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   return decode::launch_plan_for(p, ws, s.partitions, decode::kTileShift, static_cast<cudaStream_t>(stream), s.pdl);
@@ -51,6 +52,7 @@ Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   MLAKIT_TRY(decode::check_workspace_alignment(ws));
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
+  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);

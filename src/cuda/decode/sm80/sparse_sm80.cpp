@@ -48,6 +48,7 @@ size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
 Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
+  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, sparse_decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);

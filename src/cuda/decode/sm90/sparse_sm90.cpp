@@ -43,6 +43,7 @@ size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
 Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
+  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, sparse_decode_sm90_workspace_bytes(p)));
   int64_t g = 0;
   MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), &g));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
