@@ -139,11 +139,17 @@ TEST_P(SparseMatrix, MatchesReference) {
   SPARSE_BACKEND_OR_SKIP(be, backend);
   uint64_t seed = 5000 + uint64_t(h_q) * 13 + uint64_t(format) * 7919;
   constexpr int64_t kPageSizes[] = {64, 1, 53, 16, 69, 128};  // any P in sparse mode, powers of two or not
+  constexpr int64_t kSq[] = {1, 2, 4};
+  constexpr int64_t kTopk[] = {1, 63, 512, 2048};
   int run = 0;
-  for (int64_t s_q : {1, 2, 4}) {
-    for (int64_t topk : {1, 63, 512, 2048}) {
-      // Every topk meets both "with topk_length and sink" and "without" across the three s_q.
-      const bool extras = (run + (topk == 63 || topk == 2048 ? 1 : 0)) % 2 == 0;
+  for (int si = 0; si < 3; ++si) {
+    for (int ti = 0; ti < 4; ++ti) {
+      const int64_t s_q = kSq[si], topk = kTopk[ti];
+      // Four kinds of call, (si + ti) % 4: neither topk_length nor sink, both, topk_length only, sink only. Each kind
+      // comes three times, and every topk meets three of them across the three s_q.
+      const int kind = (si + ti) % 4;
+      const bool with_lengths = kind == 1 || kind == 2;
+      const bool with_sink = kind == 1 || kind == 3;
       std::mt19937_64 rng(seed);
       SparseCaseConfig cfg;
       cfg.batch = 2;
@@ -154,11 +160,13 @@ TEST_P(SparseMatrix, MatchesReference) {
       cfg.q_dtype = q_dtype_for(format, seed);
       cfg.page_size = kPageSizes[run % 6];
       cfg.num_pages = std::max<int64_t>(2, (topk + 200) / cfg.page_size + 1);
-      if (extras) {
+      if (with_lengths) {
         std::uniform_int_distribution<int32_t> len(0, int32_t(topk));
         cfg.topk_length = {len(rng), int32_t(topk)};
-        cfg.attn_sink = random_sinks(rng, h_q);
       }
+      if (with_sink) cfg.attn_sink = random_sinks(rng, h_q);
+      SCOPED_TRACE("s_q=" + std::to_string(s_q) + " topk=" + std::to_string(topk) +
+                   (with_lengths ? " topk_length" : "") + (with_sink ? " sink" : ""));
       cfg.seed = seed++;
       SparseCase c = SparseCase::generate(cfg);
       run_and_check(c, *be, /*scale_on_device=*/seed % 2 == 0);
