@@ -68,7 +68,7 @@ struct HostCache {
 };
 
 /// The extra-cache edge cases of issue 13 item 5, applied on top of the random case.
-enum class Edge { kNone, kEmptyExtraSet, kMainAllInvalid, kBothLengthsZero };
+enum class Edge { kNone, kEmptyExtraSet, kMainAllInvalid, kExtraAllInvalid, kBothLengthsZero };
 
 struct ExtraConfig {
   KvFormat format;
@@ -189,6 +189,12 @@ void run_case(const Backend& be, const ExtraConfig& cfg) {
     for (size_t k = 0; k < ids_dev.size(); ++k) {
       ids_dev[k] = k % 2 ? -1 : int32_t(main->rows()) + int32_t(k % 5);
       ids_host[k] = -1;
+    }
+  }
+  if (cfg.edge == Edge::kExtraAllInvalid && extra) {  // every extra id negative or past its cache: the main set alone
+    for (size_t k = 0; k < extra_dev.size(); ++k) {
+      extra_dev[k] = k % 2 ? int32_t(extra->rows()) + int32_t(k % 7) : -1;
+      extra_host[k] = -1;
     }
   }
 
@@ -374,7 +380,7 @@ TEST(SparseExtraEdges, EmptyAndInvalidSets) {
     }
     uint64_t seed = 4000;
     for (const KvFormat f : {KvFormat::kFP8DsV4, KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla}) {
-      for (const Edge e : {Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kBothLengthsZero}) {
+      for (const Edge e : {Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kExtraAllInvalid, Edge::kBothLengthsZero}) {
         for (const int64_t batch : {int64_t(3), int64_t(400)}) {
           ExtraConfig c{f, 64, 2, 96, 70, 61, 64, /*lengths=*/true, /*sink=*/e != Edge::kBothLengthsZero, ++seed};
           c.batch = batch;
@@ -396,7 +402,8 @@ TEST(SparseExtraEdges, FewHeadsOnThePortablePath) {
   if (be == nullptr) GTEST_SKIP() << why;
   uint64_t seed = 4100;
   for (const int64_t h_q : {int64_t(3), int64_t(16)}) {
-    for (const Edge e : {Edge::kNone, Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kBothLengthsZero}) {
+    for (const Edge e : {Edge::kNone, Edge::kEmptyExtraSet, Edge::kMainAllInvalid, Edge::kExtraAllInvalid,
+                         Edge::kBothLengthsZero}) {
       for (const int64_t batch : {int64_t(3), int64_t(400)}) {
         ExtraConfig c{KvFormat::kFP8DsV4, h_q, 2, 96, 70, 61, 64, /*lengths=*/true,
                       /*sink=*/e != Edge::kBothLengthsZero, ++seed};
