@@ -1,10 +1,12 @@
 // `mlakit check`: builds the decode call the options describe (without running it) and explains which
-// backend automatic selection (or --backend) picks, and why every other backend was passed over.
+// backend automatic selection (or --backend) picks, and why every other backend was passed over. --mode prefill and
+// --mode sparse do the same for those calls (check_modes.cpp).
 
 #include <cstdio>
 #include <vector>
 
 #include "args.h"
+#include "check_modes.h"
 #include "commands.h"
 #include "decode_spec.h"
 #include "device_memory.h"
@@ -14,8 +16,14 @@ namespace mlakit::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: mlakit check [options]
-  --batch N --ctx L --heads H --s-q S --page-size P --kv-format F --causal   the decode call (default: b=128,
-                     L=8192, h_q=16, s_q=1, P=64, bf16)
+  --mode M           decode (default) | prefill | sparse
+  decode:  --batch N --ctx L --heads H --s-q S --page-size P --kv-format F --causal   (default: b=128, L=8192,
+           h_q=16, s_q=1, P=64, bf16)
+  prefill: --batch N requests of --ctx L query tokens over as many keys, --heads H, --dims 192/128|128/128|64/64,
+           --dtype bf16|fp16, --non-causal   (default: 1 x 4096, h=128, 192/128, bf16, causal)
+  sparse:  --batch N --s-q S --heads H --topk K --extra-topk E --page-size P --ctx ROWS --kv-format F --v4
+           (default: b=128, s_q=2, h_q=128, topk=2048, no extra cache, P=64, 8192 rows, fp8_ds_mla; fp8_ds_v4 or
+           --v4: DeepSeek V4's geometry)
   --device D         cpu | cuda (default: cuda when built with CUDA, else cpu)
   --backend NAME     ask for one backend instead of automatic selection
 Nothing is allocated on the device and nothing runs: only validation and each backend's supports().
@@ -25,24 +33,41 @@ Nothing is allocated on the device and nothing runs: only validation and each ba
 
 int cmd_check(int argc, char** argv) {
   std::set<std::string> options = decode_options();
-  options.insert("device");
+  options.insert({"device", "mode", "dims", "dtype", "topk", "extra-topk"});
   Args args;
-  Status s = Args::parse(argc, argv, 2, options, {"help", "causal"}, &args);
+  Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "non-causal", "v4"}, &args);
   if (!s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
     std::fputs(kHelp, s.ok() ? stdout : stderr);
     return s.ok() ? 0 : 2;
   }
+  const std::string mode = args.get("mode", "decode");
+  const std::string device = args.get("device", build_info().find("cuda=ON") != std::string::npos ? "cuda" : "cpu");
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "--device=%s: must be cpu or cuda\n", device.c_str());
+    return 2;
+  }
+  const Device dev = device == "cpu" ? Device::cpu() : Device::cuda(0);
+  const Preference pref{args.get("backend", "")};
+  if (mode == "prefill") return check_prefill(args, dev, pref);
+  if (mode == "sparse") return check_sparse(args, dev, pref);
+  if (mode != "decode") {
+    std::fprintf(stderr, "--mode=%s: must be decode, prefill or sparse\n", mode.c_str());
+    return 2;
+  }
+  for (const char* name : {"dims", "dtype", "topk", "extra-topk", "non-causal", "v4"}) {
+    if (args.has(name)) {
+      std::fprintf(stderr, "--%s: does not apply to --mode decode\n", name);
+      return 2;
+    }
+  }
   std::vector<DecodeSpec> specs(1);
   s = apply_overrides(args, &specs);
-  const std::string device = args.get("device", build_info().find("cuda=ON") != std::string::npos ? "cuda" : "cpu");
-  if (s.ok() && device != "cpu" && device != "cuda") s = Status::invalid("--device=" + device + ": must be cpu or cuda");
   if (!s.ok() || specs.size() != 1) {
     std::fprintf(stderr, "%s\n", s.ok() ? "--kv-format=all: check takes one format" : s.message().c_str());
     return 2;
   }
   const DecodeSpec& spec = specs[0];
-  const Device dev = device == "cpu" ? Device::cpu() : Device::cuda(0);
   const auto reject = [&](const Status& why) {
     std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
     std::printf("rejected: %s\n", why.to_string().c_str());
@@ -75,7 +100,7 @@ int cmd_check(int argc, char** argv) {
   if (dev.is_cpu()) pr.block_table.stride[0] = 0;
 
   const Registry registry = make_default_registry();
-  const Selection sel = registry.select(pr, Preference{args.get("backend", "")});
+  const Selection sel = registry.select(pr, pref);
   if (!sel.backend && sel.passed_over.empty()) return reject(sel.status);  // invalid: no backend was asked
   std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
   std::printf("%s", sel.explain().c_str());

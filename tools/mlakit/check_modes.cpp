@@ -1,0 +1,178 @@
+// `mlakit check --mode prefill | sparse`: the prefill and sparse decode calls the options describe, built over
+// placeholder addresses (nothing is allocated on the device and nothing runs), and the explanation of automatic
+// selection (or of --backend) for them, as `mlakit check` gives it for dense decode (cmd_check.cpp).
+
+#include "check_modes.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "decode_spec.h"
+#include "device_memory.h"
+#include "mlakit/registry.h"
+
+namespace mlakit::cli {
+namespace {
+
+/// Distinct addresses 2^58 bytes apart, never dereferenced (decode_spec.h's placeholder_buffers does the same for
+/// dense decode): validate() and supports() read no device memory and no float data on the CPU.
+void* placeholder(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 58); }
+
+TensorView view(void* data, DType dtype, std::initializer_list<int64_t> shape, Device dev) {
+  TensorView t = TensorView::contiguous(data, dtype, shape);
+  t.device = dev;
+  return t;
+}
+
+/// Prints the selection for `problem` (described by `what`), or why the call itself is rejected.
+template <typename Problem>
+int explain(const Problem& problem, const std::string& what, Device dev, const Preference& pref) {
+  const Registry registry = make_default_registry();
+  const Selection sel = registry.select(problem, pref);
+  std::printf("%s on %s\n", what.c_str(), device_name(dev).c_str());
+  if (!sel.backend && sel.passed_over.empty()) {  // invalid: no backend was asked
+    std::printf("rejected: %s\n", sel.status.to_string().c_str());
+    return 1;
+  }
+  std::printf("%s", sel.explain().c_str());
+  return sel.backend ? 0 : 1;
+}
+
+Status bounded(const char* name, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return {};
+  return Status::invalid(std::string("--") + name + "=" + std::to_string(v) + ": must be in [" + std::to_string(lo) +
+                         ", " + std::to_string(hi) + "]");
+}
+
+}  // namespace
+
+int check_prefill(const Args& args, Device dev, const Preference& pref) {
+  int64_t batch = 1, ctx = 4096, heads = 128;
+  Status s = args.get_int("batch", batch, &batch);
+  if (s.ok()) s = args.get_int("ctx", ctx, &ctx);
+  if (s.ok()) s = args.get_int("heads", heads, &heads);
+  // Sizes the placeholders and cu_seqlens can hold: requests x tokens fit int32 (validate() names the rest).
+  if (s.ok()) s = bounded("batch", batch, 1, 1 << 20);
+  if (s.ok()) s = bounded("ctx", ctx, 0, INT32_MAX / batch);
+  const std::string dims = args.get("dims", "192/128");
+  int64_t d_qk = 192, d_v = 128;
+  if (dims == "128/128") {
+    d_qk = 128;
+  } else if (dims == "64/64") {
+    d_qk = d_v = 64;
+  } else if (dims != "192/128" && s.ok()) {
+    s = Status::invalid("--dims=" + dims + ": must be 192/128, 128/128 or 64/64");
+  }
+  const std::string dtype_name = args.get("dtype", "bf16");
+  if (s.ok() && dtype_name != "bf16" && dtype_name != "fp16") {
+    s = Status::invalid("--dtype=" + dtype_name + ": must be bf16 or fp16");
+  }
+  for (const char* name : {"s-q", "page-size", "kv-format", "topk", "extra-topk"}) {
+    if (s.ok() && args.has(name)) s = Status::invalid(std::string("--") + name + ": does not apply to --mode prefill");
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kFP16;
+  const int64_t tokens = batch * ctx;
+  // cu_seqlens are read by validate() on the CPU: real host arrays there (every request ctx queries over ctx keys).
+  std::vector<int32_t> cu;
+  if (dev.is_cpu()) {
+    const Status a = host_allocation("cu_seqlens (host)", size_t(batch + 1) * 4, [&] { cu.resize(size_t(batch + 1)); });
+    if (!a.ok()) {
+      std::fprintf(stderr, "%s\n", a.message().c_str());
+      return 1;
+    }
+    for (int64_t i = 0; i <= batch; ++i) cu[size_t(i)] = int32_t(i * ctx);
+  }
+  PrefillProblem p;
+  p.q = view(placeholder(1), dtype, {tokens, heads, d_qk}, dev);
+  p.k = view(placeholder(2), dtype, {tokens, heads, d_qk}, dev);
+  p.v = view(placeholder(3), dtype, {tokens, heads, d_v}, dev);
+  p.out = view(placeholder(4), dtype, {tokens, heads, d_v}, dev);
+  p.lse = view(placeholder(5), DType::kFP32, {tokens, heads}, dev);
+  void* cu_data = dev.is_cpu() ? static_cast<void*>(cu.data()) : placeholder(6);
+  p.cu_seqlens_q = view(cu_data, DType::kInt32, {batch + 1}, dev);
+  p.cu_seqlens_k = p.cu_seqlens_q;
+  p.softmax_scale = 0.13523378f;
+  p.causal = !args.has("non-causal");
+  const std::string what = "prefill " + std::to_string(batch) + " x (" + std::to_string(ctx) + " q, " +
+                           std::to_string(ctx) + " k) h=" + std::to_string(heads) + " d=" + dims + " " + dtype_name +
+                           (p.causal ? " causal" : " non-causal");
+  return explain(p, what, dev, pref);
+}
+
+int check_sparse(const Args& args, Device dev, const Preference& pref) {
+  int64_t batch = 128, s_q = 2, heads = 128, topk = 2048, extra_topk = 0, page = 64, ctx = 8192;
+  Status s = args.get_int("batch", batch, &batch);
+  if (s.ok()) s = args.get_int("s-q", s_q, &s_q);
+  if (s.ok()) s = args.get_int("heads", heads, &heads);
+  if (s.ok()) s = args.get_int("topk", topk, &topk);
+  if (s.ok()) s = args.get_int("extra-topk", extra_topk, &extra_topk);
+  if (s.ok()) s = args.get_int("page-size", page, &page);
+  if (s.ok()) s = args.get_int("ctx", ctx, &ctx);
+  // The host index arrays (CPU) and the placeholders' extents stay small enough to describe; validate() names the
+  // rest (h_q, s_q, topk ranges).
+  if (s.ok()) s = bounded("batch", batch, 1, 1 << 20);
+  if (s.ok()) s = bounded("s-q", s_q, 1, 8);
+  if (s.ok()) s = bounded("topk", topk, 1, 1 << 16);
+  if (s.ok()) s = bounded("extra-topk", extra_topk, 0, 1 << 16);
+  if (s.ok()) s = bounded("page-size", page, 1, 1 << 16);
+  if (s.ok()) s = bounded("ctx", ctx, 1, INT32_MAX);
+  KvFormat format = KvFormat::kFP8DsMla;
+  const std::string format_name = args.get("kv-format", "fp8_ds_mla");
+  if (s.ok() && format_name == "fp8_ds_v4") {
+    format = KvFormat::kFP8DsV4;  // a sparse-only format: parse_kv_format knows the decode ones
+  } else if (s.ok()) {
+    s = parse_kv_format(format_name, &format);
+  }
+  if (s.ok() && args.has("dims")) s = Status::invalid("--dims: does not apply to --mode sparse");
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 2;
+  }
+  // fp8_ds_v4 holds DeepSeek V4 rows; --v4 asks V4's geometry for the other formats.
+  const bool v4 = format == KvFormat::kFP8DsV4 || args.has("v4");
+  const MlaDims dims = v4 ? MlaDims::deepseek_v4() : MlaDims{};
+  const int64_t num_pages = (ctx + page - 1) / page;
+  const DType q_dtype = format == KvFormat::kFP16 ? DType::kFP16 : DType::kBF16;
+  // Index arrays are read by validate() on the CPU: real host arrays there (every id 0, a row of the cache).
+  std::vector<int32_t> ids, extra_ids;
+  if (dev.is_cpu()) {
+    Status a = host_allocation("indices (host)", size_t(batch * s_q * topk) * 4,
+                               [&] { ids.assign(size_t(batch * s_q * topk), 0); });
+    if (a.ok() && extra_topk > 0) {
+      a = host_allocation("extra_indices (host)", size_t(batch * s_q * extra_topk) * 4,
+                          [&] { extra_ids.assign(size_t(batch * s_q * extra_topk), 0); });
+    }
+    if (!a.ok()) {
+      std::fprintf(stderr, "%s\n", a.message().c_str());
+      return 1;
+    }
+  }
+  SparseDecodeProblem p;
+  p.q = view(placeholder(1), q_dtype, {batch, s_q, heads, dims.d_qk()}, dev);
+  p.kv = KvCacheView::contiguous(placeholder(7), format, num_pages, page, dims, dev);
+  p.indices = view(dev.is_cpu() ? static_cast<void*>(ids.data()) : placeholder(2), DType::kInt32, {batch, s_q, topk},
+                   dev);
+  p.out = view(placeholder(3), q_dtype, {batch, s_q, heads, dims.d_v()}, dev);
+  p.lse = view(placeholder(4), DType::kFP32, {batch, s_q, heads}, dev);
+  p.softmax_scale = 0.1f;
+  if (extra_topk > 0) {
+    p.extra_kv = KvCacheView::contiguous(placeholder(8), format, num_pages, page, dims, dev);
+    p.extra_indices = view(dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5), DType::kInt32,
+                           {batch, s_q, extra_topk}, dev);
+  }
+  const std::string what = "sparse_decode b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
+                           " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk) +
+                           (extra_topk > 0 ? "+" + std::to_string(extra_topk) : "") + " P=" + std::to_string(page) +
+                           " kv=" + kv_format_name(format) + (v4 ? " (V4 geometry)" : "");
+  return explain(p, what, dev, pref);
+}
+
+}  // namespace mlakit::cli
