@@ -33,8 +33,6 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
   ~DeviceGuard();
   Status set(Device device);
-  /// Whether set() made another device current (the caller's was a different one).
-  bool switched() const { return previous_ >= 0; }
 
  private:
   int previous_ = -1;

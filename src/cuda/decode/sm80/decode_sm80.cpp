@@ -34,6 +34,8 @@ Status decode_supports(const DecodeProblem& p) {
 }
 
 size_t decode_workspace_bytes(const DecodeProblem& p) {
+  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
+  if (!guard.set(p.device()).ok()) return 0;
   decode::Sm80Shape s;
   if (!shape_for(p, &s).ok()) return 0;
   return decode::layout_for(p, s.partitions).total;
@@ -42,7 +44,6 @@ size_t decode_workspace_bytes(const DecodeProblem& p) {
 Status decode_plan(const DecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   return decode::launch_plan_for(p, ws, s.partitions, decode::kTileShift, static_cast<cudaStream_t>(stream), s.pdl);
@@ -52,7 +53,6 @@ Status decode_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   MLAKIT_TRY(decode::check_workspace_alignment(ws));
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const decode::DecodeParams d = decode::make_params(p, ws, s.partitions);

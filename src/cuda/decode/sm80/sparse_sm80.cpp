@@ -40,6 +40,8 @@ Status sparse_decode_supports(const SparseDecodeProblem& p) {
 }
 
 size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
+  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
+  if (!guard.set(p.device()).ok()) return 0;
   decode::Sm80Shape s;
   if (!shape_for(p, &s).ok()) return 0;
   return decode::layout_for(p, s.partitions).total;
@@ -48,7 +50,6 @@ size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
 Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, sparse_decode_workspace_bytes(p)));
   decode::Sm80Shape s;
   MLAKIT_TRY(shape_for(p, &s));
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);

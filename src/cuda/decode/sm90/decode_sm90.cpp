@@ -66,6 +66,8 @@ Status decode_sm90_supports(const DecodeProblem& p) {
 }
 
 size_t decode_sm90_workspace_bytes(const DecodeProblem& p) {
+  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
+  if (!guard.set(p.device()).ok()) return 0;
   int64_t g = 0;
   if (!partitions_for(p, &g).ok()) return 0;
   return decode::layout_for(p, g).total;
@@ -74,7 +76,6 @@ size_t decode_sm90_workspace_bytes(const DecodeProblem& p) {
 Status decode_sm90_plan(const DecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_sm90_workspace_bytes(p)));
   int64_t g = 0;
   MLAKIT_TRY(partitions_for(p, &g));
   return decode::launch_plan_for(p, ws, g, decode::sm90::kTileShift, static_cast<cudaStream_t>(stream), true);
@@ -84,7 +85,6 @@ Status decode_sm90_run(const DecodeProblem& p, Workspace ws, Stream stream) {
   MLAKIT_TRY(decode::check_workspace_alignment(ws));
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, decode_sm90_workspace_bytes(p)));
   int64_t g = 0;
   MLAKIT_TRY(partitions_for(p, &g));
   const decode::DecodeParams d = decode::make_params(p, ws, g);

@@ -35,6 +35,8 @@ Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
 }
 
 size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
+  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
+  if (!guard.set(p.device()).ok()) return 0;
   int64_t g = 0;
   if (!decode::sm90::partitions_for(p.h_q(), &g).ok()) return 0;
   return decode::layout_for(p, g).total;
@@ -43,7 +45,6 @@ size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
 Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream stream) {
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
-  if (guard.switched()) MLAKIT_TRY(decode::check_workspace_size(ws, sparse_decode_sm90_workspace_bytes(p)));
   int64_t g = 0;
   MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), &g));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

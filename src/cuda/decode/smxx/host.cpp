@@ -313,15 +313,6 @@ Status check_workspace_alignment(Workspace ws) {
   return {};
 }
 
-Status check_workspace_size(Workspace ws, size_t need) {
-  if (ws.bytes >= need) return {};
-  int device = -1;
-  cudaGetDevice(&device);
-  return Status::invalid("workspace.bytes=" + std::to_string(ws.bytes) + ": must be at least " + std::to_string(need) +
-                         " for this call on cuda:" + std::to_string(device) +
-                         " (its workspace_bytes() was asked with another device current?)");
-}
-
 WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions) {
   return workspace_layout(p.batch(), query_rows(p), partitions);
 }

@@ -46,10 +46,6 @@ struct DeviceFacts {
 Status device_facts(DeviceFacts** out);
 
 Status check_workspace_alignment(Workspace ws);
-/// ws against `need`, the workspace_bytes() of the call computed on the device it runs on, for a call whose DeviceGuard
-/// switched devices: Backend checked ws against workspace_bytes() as computed on the caller's current device, which on
-/// a machine with GPUs of different kinds may have fewer SMs (fewer partitions, a smaller layout).
-Status check_workspace_size(Workspace ws, size_t need);
 WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions);
 WorkspaceLayout layout_for(const SparseDecodeProblem& p, int64_t partitions);
 /// The kernel parameters of `p`, with the plan and the partials at their places in `ws`.
