@@ -87,7 +87,7 @@ std::string describe(const ExtraConfig& c) {
          " topk=" + std::to_string(c.topk) + " extra_topk=" + std::to_string(c.extra_topk) + " P=" +
          std::to_string(c.page) + "/" + std::to_string(c.extra_page) + " lengths=" + std::to_string(c.lengths) +
          " sink=" + std::to_string(c.sink) + " seed=" + std::to_string(c.seed) + " batch=" + std::to_string(c.batch) +
-         " odd_scales=" + std::to_string(c.odd_scales) + " q=" + dtype_name(c.q_dtype);
+         " odd_scales=" + std::to_string(c.odd_scales) + " q=" + dtype_name(c.q_dtype) + " edge=" + std::to_string(int(c.edge));
 }
 
 /// Ids of one set: used columns name a written row (duplicates allowed), a negative id, or (device copy only) an id
@@ -369,7 +369,7 @@ TEST(SparseMaxLogits, HopperPathMatchesTheReference) {
 }
 
 // Issue 13 item 5 on the GPU: an empty extra set (extra_topk_length 0), every main id invalid (negative or past the
-// cache), both lengths zero; each format, split and unsplit rows, on both CUDA paths.
+// cache), every extra id invalid, both lengths zero; each format, split and unsplit rows, on both CUDA paths.
 TEST(SparseExtraEdges, EmptyAndInvalidSets) {
   for (const std::string backend : {"cuda", "cuda_sm90"}) {
     std::string why;
@@ -422,7 +422,7 @@ TEST(SparseExtraEdges, FewHeadsOnThePortablePath) {
 // unsplit ones (the whole-request schedule, 790 or 528 tokens: on an H100 or H200, 3 or 2 pieces per CTA, so the rings
 // restart per piece; and the CTA plan with topk_length); top-k 2048 (64 tiles: the two raw stages and three scale
 // slots wrap many times) and short ones; sinks, topk_length, the extra cache (V3's geometry has one too), every main
-// id invalid, both lengths zero; fp32 scales that are not powers of two, where the kernel's rounding (P x s to bf16)
+// id invalid, every extra id invalid, both lengths zero; fp32 scales that are not powers of two, where the kernel's rounding (P x s to bf16)
 // differs from the portable kernel's (e4m3 x s to bf16). fp16 q takes the portable kernel: checked here with the
 // writer's (power-of-two) scales only, since with other scales its rounding of e4m3 x s to fp16 before the mma moved
 // lse and max_logits by up to 4.8e-4 on the H100 (2026-11-27), past the LSE tolerance (docs/spec.md, section 10).
@@ -445,6 +445,7 @@ TEST(SparseFewRows, DsMlaSplitUnsplitSinksMaxLogits) {
         {400, 96, 0, true, Edge::kNone},            // the CTA plan over ragged lengths: split and unsplit rows
         {3, 200, 70, true, Edge::kNone},            // the extra cache, split
         {300, 64, 33, true, Edge::kMainAllInvalid}, // the extra set alone
+        {300, 64, 33, true, Edge::kExtraAllInvalid},  // the main set alone
         {3, 96, 0, true, Edge::kBothLengthsZero},   // no key at all: out 0, lse and max_logits -inf
     };
     for (const Shape& sh : shapes) {

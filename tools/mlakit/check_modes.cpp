@@ -71,8 +71,11 @@ int check_prefill(const Args& args, Device dev, const Preference& pref) {
   if (s.ok() && dtype_name != "bf16" && dtype_name != "fp16") {
     s = Status::invalid("--dtype=" + dtype_name + ": must be bf16 or fp16");
   }
-  for (const char* name : {"s-q", "page-size", "kv-format", "topk", "extra-topk"}) {
+  for (const char* name : {"s-q", "page-size", "kv-format", "topk", "extra-topk", "v4"}) {
     if (s.ok() && args.has(name)) s = Status::invalid(std::string("--") + name + ": does not apply to --mode prefill");
+  }
+  if (s.ok() && args.has("causal") && args.has("non-causal")) {
+    s = Status::invalid("--causal, --non-causal: give one (prefill is causal unless --non-causal)");
   }
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -124,6 +127,11 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
   if (s.ok()) s = bounded("extra-topk", extra_topk, 0, 1 << 16);
   if (s.ok()) s = bounded("page-size", page, 1, 1 << 16);
   if (s.ok()) s = bounded("ctx", ctx, 1, INT32_MAX);
+  // On the CPU validate() reads every id: a description it can read in seconds.
+  if (s.ok() && dev.is_cpu() && batch * s_q * (topk + extra_topk) > (int64_t(1) << 28)) {
+    s = Status::invalid("--batch x --s-q x (--topk + --extra-topk)=" + std::to_string(batch * s_q * (topk + extra_topk)) +
+                        ": at most 268435456 ids with --device cpu (validation reads every id there)");
+  }
   KvFormat format = KvFormat::kFP8DsMla;
   const std::string format_name = args.get("kv-format", "fp8_ds_mla");
   if (s.ok() && format_name == "fp8_ds_v4") {
@@ -131,7 +139,9 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
   } else if (s.ok()) {
     s = parse_kv_format(format_name, &format);
   }
-  if (s.ok() && args.has("dims")) s = Status::invalid("--dims: does not apply to --mode sparse");
+  for (const char* name : {"dims", "dtype", "causal", "non-causal"}) {
+    if (s.ok() && args.has(name)) s = Status::invalid(std::string("--") + name + ": does not apply to --mode sparse");
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
@@ -141,32 +151,29 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
   const MlaDims dims = v4 ? MlaDims::deepseek_v4() : MlaDims{};
   const int64_t num_pages = (ctx + page - 1) / page;
   const DType q_dtype = format == KvFormat::kFP16 ? DType::kFP16 : DType::kBF16;
-  // Index arrays are read by validate() on the CPU: real host arrays there (every id 0, a row of the cache).
+  // Index arrays are read by validate() on the CPU: real host memory there, but only one row of ids (every id 0, a
+  // row of the cache) that every query token reads (strides 0 over b and s_q), as cmd_check.cpp does for block_table.
   std::vector<int32_t> ids, extra_ids;
   if (dev.is_cpu()) {
-    Status a = host_allocation("indices (host)", size_t(batch * s_q * topk) * 4,
-                               [&] { ids.assign(size_t(batch * s_q * topk), 0); });
-    if (a.ok() && extra_topk > 0) {
-      a = host_allocation("extra_indices (host)", size_t(batch * s_q * extra_topk) * 4,
-                          [&] { extra_ids.assign(size_t(batch * s_q * extra_topk), 0); });
-    }
-    if (!a.ok()) {
-      std::fprintf(stderr, "%s\n", a.message().c_str());
-      return 1;
-    }
+    ids.assign(size_t(topk), 0);
+    extra_ids.assign(size_t(extra_topk), 0);
   }
+  const auto shared_row = [&](TensorView t) {
+    if (dev.is_cpu()) t.stride[0] = t.stride[1] = 0;
+    return t;
+  };
   SparseDecodeProblem p;
   p.q = view(placeholder(1), q_dtype, {batch, s_q, heads, dims.d_qk()}, dev);
   p.kv = KvCacheView::contiguous(placeholder(7), format, num_pages, page, dims, dev);
-  p.indices = view(dev.is_cpu() ? static_cast<void*>(ids.data()) : placeholder(2), DType::kInt32, {batch, s_q, topk},
-                   dev);
+  p.indices = shared_row(
+      view(dev.is_cpu() ? static_cast<void*>(ids.data()) : placeholder(2), DType::kInt32, {batch, s_q, topk}, dev));
   p.out = view(placeholder(3), q_dtype, {batch, s_q, heads, dims.d_v()}, dev);
   p.lse = view(placeholder(4), DType::kFP32, {batch, s_q, heads}, dev);
   p.softmax_scale = 0.1f;
   if (extra_topk > 0) {
     p.extra_kv = KvCacheView::contiguous(placeholder(8), format, num_pages, page, dims, dev);
-    p.extra_indices = view(dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5), DType::kInt32,
-                           {batch, s_q, extra_topk}, dev);
+    p.extra_indices = shared_row(view(dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5),
+                                      DType::kInt32, {batch, s_q, extra_topk}, dev));
   }
   const std::string what = "sparse_decode b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
                            " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk) +
