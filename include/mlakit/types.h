@@ -50,7 +50,9 @@ std::string device_name(Device d);
 using Stream = void*;
 
 /// Caller-owned scratch memory on the backend's device (CUTLASS/CUB two-phase style: ask for the size,
-/// allocate, pass it in). The caller need not zero it.
+/// allocate, pass it in). The caller need not zero it. A workspace holds one call's scratch from its plan to the end
+/// of its run: calls that may run at the same time (on two streams, or from two threads) need one each; calls ordered
+/// one after another on one stream may share one, across backends too (each plan rewrites what its run reads).
 struct Workspace {
   void* data = nullptr;
   size_t bytes = 0;

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -245,6 +246,66 @@ TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
     }
   }
   EXPECT_GT(ran, 0) << "no CUDA backend served the calls";
+}
+
+// One workspace used by one call after another on one stream, alternating between the CUDA backends (issue 11's
+// "workspace shared between two backends"): nothing one call leaves in it (its schedule, partial rows) may change the
+// next one's result. Every result must equal the same backend's result with a workspace of its own, bit for bit.
+// (Calls that may run at the same time, on two streams or threads, need a workspace each: include/mlakit/types.h.)
+TEST(Concurrency, OneWorkspaceServesBothBackendsInTurn) {
+  std::string why;
+  if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
+  cudaSetDevice(0);
+  TwoCalls c;
+  for (bool sparse : {false, true}) {
+    std::vector<const Backend*> backends;
+    for (const char* name : {"cuda", "cuda_sm90"}) {
+      const Backend* be = cuda_backend(&why, name);
+      if (be != nullptr && (sparse ? be->supports(c.sp) : be->supports(c.dp)).ok()) backends.push_back(be);
+    }
+    if (backends.size() < 2) continue;  // off Hopper, or a rule of the Hopper path: nothing to alternate with
+    SCOPED_TRACE(sparse ? "sparse decode" : "dense decode");
+    std::vector<Result> own(backends.size());
+    size_t shared_bytes = 0;
+    for (size_t i = 0; i < backends.size(); ++i) {
+      const Backend& be = *backends[i];
+      CallBuffers<DecodeProblem> db(be, c.dp, c.dense.out.size(), c.dense.lse.size());
+      CallBuffers<SparseDecodeProblem> sb(be, c.sp, c.sparse.out.size(), c.sparse.lse.size());
+      ASSERT_TRUE((sparse ? run_on(be, c.sp, nullptr, sb, &own[i]) : run_on(be, c.dp, nullptr, db, &own[i])).ok());
+      shared_bytes = std::max(shared_bytes, sparse ? be.workspace_bytes(c.sp) : be.workspace_bytes(c.dp));
+    }
+    DeviceBuffer ws(shared_bytes), out(own[0].out.size() * 2), lse(own[0].lse.size() * 4);
+    cudaMemset(ws.get(), 0xFF, ws.bytes());  // poisoned once, never again: each call sees what the last one left
+    const Workspace w{ws.get(), ws.bytes()};
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < backends.size(); ++i) {
+        const Backend& be = *backends[i];
+        cudaMemset(out.get(), 0xFF, out.bytes());
+        cudaMemset(lse.get(), 0xFF, lse.bytes());
+        Status st;
+        if (sparse) {
+          SparseDecodeProblem p = c.sp;
+          p.out.data = out.get();
+          p.lse.data = lse.get();
+          st = be.run(p, w, Stream{});
+        } else {
+          DecodeProblem p = c.dp;
+          p.out.data = out.get();
+          p.lse.data = lse.get();
+          st = be.plan(p, w, Stream{});
+          if (st.ok()) st = be.run(p, w, Stream{});
+        }
+        ASSERT_TRUE(st.ok()) << be.name() << ": " << st.to_string();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Result got;
+        got.out.resize(out.bytes() / 2);
+        got.lse.resize(lse.bytes() / 4);
+        cudaMemcpy(got.out.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost);
+        cudaMemcpy(got.lse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost);
+        EXPECT_TRUE(got == own[i]) << be.name() << ", round " << round;
+      }
+    }
+  }
 }
 
 }  // namespace
