@@ -18,28 +18,10 @@
 namespace mlakit::cli {
 namespace {
 
-/// Distinct addresses 2^58 bytes apart, never dereferenced (decode_spec.h's placeholder_buffers does the same for
-/// dense decode): validate() and supports() read no device memory and no float data on the CPU.
-void* placeholder(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 58); }
-
 TensorView view(void* data, DType dtype, std::initializer_list<int64_t> shape, Device dev) {
   TensorView t = TensorView::contiguous(data, dtype, shape);
   t.device = dev;
   return t;
-}
-
-/// Prints the selection for `problem` (described by `what`), or why the call itself is rejected.
-template <typename Problem>
-int explain(const Problem& problem, const std::string& what, Device dev, const Preference& pref) {
-  const Registry registry = make_default_registry();
-  const Selection sel = registry.select(problem, pref);
-  std::printf("%s on %s\n", what.c_str(), device_name(dev).c_str());
-  if (!sel.backend && sel.passed_over.empty()) {  // invalid: no backend was asked
-    std::printf("rejected: %s\n", sel.status.to_string().c_str());
-    return 1;
-  }
-  std::printf("%s", sel.explain().c_str());
-  return sel.backend ? 0 : 1;
 }
 
 Status bounded(const char* name, int64_t v, int64_t lo, int64_t hi) {
@@ -49,6 +31,11 @@ Status bounded(const char* name, int64_t v, int64_t lo, int64_t hi) {
 }
 
 }  // namespace
+
+int print_rejection(const std::string& what, Device dev, const Status& why) {
+  std::printf("%s on %s\nrejected: %s\n", what.c_str(), device_name(dev).c_str(), why.to_string().c_str());
+  return 1;
+}
 
 int check_prefill(const Args& args, Device dev, const Preference& pref) {
   int64_t batch = 1, ctx = 4096, heads = 128;
@@ -107,7 +94,7 @@ int check_prefill(const Args& args, Device dev, const Preference& pref) {
   const std::string what = "prefill " + std::to_string(batch) + " x (" + std::to_string(ctx) + " q, " +
                            std::to_string(ctx) + " k) h=" + std::to_string(heads) + " d=" + dims + " " + dtype_name +
                            (p.causal ? " causal" : " non-causal");
-  return explain(p, what, dev, pref);
+  return explain_selection(p, what, dev, pref);
 }
 
 int check_sparse(const Args& args, Device dev, const Preference& pref) {
@@ -179,7 +166,7 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
                            " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk) +
                            (extra_topk > 0 ? "+" + std::to_string(extra_topk) : "") + " P=" + std::to_string(page) +
                            " kv=" + kv_format_name(format) + (v4 ? " (V4 geometry)" : "");
-  return explain(p, what, dev, pref);
+  return explain_selection(p, what, dev, pref);
 }
 
 }  // namespace mlakit::cli

@@ -68,15 +68,11 @@ int cmd_check(int argc, char** argv) {
     return 2;
   }
   const DecodeSpec& spec = specs[0];
-  const auto reject = [&](const Status& why) {
-    std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
-    std::printf("rejected: %s\n", why.to_string().c_str());
-    return 1;
-  };
+  const std::string what = "decode " + spec.describe();
 
   // The whole description is validated before anything is allocated (sizes, int32 limits, validate()'s shapes).
   DecodeLayout layout;
-  if (Status v = check_decode_spec(spec, &layout); !v.ok()) return reject(v);
+  if (Status v = check_decode_spec(spec, &layout); !v.ok()) return print_rejection(what, dev, v);
 
   // Only the integer inputs are real memory, on the CPU alone (validate() reads them there): b lengths, and one
   // row of page ids 0..ceil(L/P)-1 that every request reads (row stride 0), not b rows. The other buffers sit at
@@ -99,12 +95,7 @@ int cmd_check(int argc, char** argv) {
   DecodeProblem pr = make_decode_problem(spec, layout, buffers, dev);
   if (dev.is_cpu()) pr.block_table.stride[0] = 0;
 
-  const Registry registry = make_default_registry();
-  const Selection sel = registry.select(pr, pref);
-  if (!sel.backend && sel.passed_over.empty()) return reject(sel.status);  // invalid: no backend was asked
-  std::printf("decode %s on %s\n", spec.describe().c_str(), device_name(dev).c_str());
-  std::printf("%s", sel.explain().c_str());
-  return sel.backend ? 0 : 1;
+  return explain_selection(pr, what, dev, pref);
 }
 
 }  // namespace mlakit::cli

@@ -22,9 +22,9 @@ DecodeSpec make(int64_t b, int64_t s_q, int64_t ctx, int64_t h_q, double flashml
   return s;
 }
 
-void* placeholder(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 58); }
-
 }  // namespace
+
+void* placeholder(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 58); }
 
 DecodeBuffers placeholder_buffers() {
   return {placeholder(1), placeholder(6), placeholder(2), placeholder(3), placeholder(4), placeholder(5)};

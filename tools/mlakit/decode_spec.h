@@ -78,9 +78,11 @@ struct DecodeBuffers {
   void* lse = nullptr;
 };
 
-/// Distinct addresses, never dereferenced, for buffers that are described but not allocated (validate() and
-/// supports() read no device memory, nor float data on the CPU): 2^58 bytes apart, more than any buffer of a
-/// valid call, the cache last (it is the largest), all 256-byte aligned like a cudaMalloc result.
+/// An address, never dereferenced, for a buffer that is described but not allocated (validate() and supports() read
+/// no device memory, nor float data on the CPU): slot << 58, so distinct slots lie 2^58 bytes apart, more than any
+/// buffer of a valid call, and are 256-byte aligned like a cudaMalloc result.
+void* placeholder(int slot);
+/// The decode call's buffers at placeholder addresses, the cache last (it is the largest).
 DecodeBuffers placeholder_buffers();
 
 /// The decode problem of `spec` over `buffers` laid out as `layout` says (contiguous tensors, DeepSeek
