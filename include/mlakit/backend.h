@@ -52,7 +52,8 @@ class Backend {
 
   // ---- dense decode: plan on the device, then run (both CUDA-graph capturable) ----
   Status supports(const DecodeProblem& p) const;
-  /// Scratch bytes for `p` (sized by p's batch; a workspace for the largest batch serves smaller ones).
+  /// Scratch bytes for `p` (sized by p's batch; a workspace for the largest batch serves smaller ones), on p's device
+  /// (the CUDA backends size it for that device's SM count whatever device is current).
   size_t workspace_bytes(const DecodeProblem& p) const;
   /// Computes the split-KV schedule from seq_lens on the device into `ws`. One plan serves every layer. (The CUDA
   /// backends plan inside the decode kernel itself for batches up to 4096 requests: their plan then launches nothing,

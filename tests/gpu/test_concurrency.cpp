@@ -131,6 +131,32 @@ struct TwoCalls {
   std::string names() const { return dense_backend->name() + ", " + sparse_backend->name(); }
 };
 
+/// One call of `c` on `be` (dense: plan, then run; sparse: run) with its outputs at out / lse and workspace `w`, on the
+/// legacy default stream of whatever device the call makes current.
+Status call_into(const Backend& be, const TwoCalls& c, bool sparse, void* out, void* lse, Workspace w) {
+  if (sparse) {
+    SparseDecodeProblem p = c.sp;
+    p.out.data = out;
+    p.lse.data = lse;
+    return be.run(p, w, Stream{});
+  }
+  DecodeProblem p = c.dp;
+  p.out.data = out;
+  p.lse.data = lse;
+  MLAKIT_TRY(be.plan(p, w, Stream{}));
+  return be.run(p, w, Stream{});
+}
+
+/// out and lse of a call, copied back from the device (cudaMemcpy: after the device's earlier work).
+Result download(const DeviceBuffer& out, const DeviceBuffer& lse) {
+  Result r;
+  r.out.resize(out.bytes() / 2);
+  r.lse.resize(lse.bytes() / 4);
+  cudaMemcpy(r.out.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(r.lse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost);
+  return r;
+}
+
 TEST(Concurrency, EightThreadsWithTheirOwnStreamsAgree) {
   std::string why;
   if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
@@ -208,7 +234,7 @@ TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
       cudaSetDevice(0);
       CallBuffers<DecodeProblem> db(*be, c.dp, c.dense.out.size(), c.dense.lse.size());
       CallBuffers<SparseDecodeProblem> sb(*be, c.sp, c.sparse.out.size(), c.sparse.lse.size());
-      Result ref, got;
+      Result ref;
       ASSERT_TRUE((sparse ? run_on(*be, c.sp, nullptr, sb, &ref) : run_on(*be, c.dp, nullptr, db, &ref)).ok());
       DeviceBuffer& out = sparse ? sb.out : db.out;
       DeviceBuffer& lse = sparse ? sb.lse : db.lse;
@@ -217,20 +243,7 @@ TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
       ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
-      const Workspace w{ws.get(), ws.bytes()};
-      Status st;
-      if (sparse) {
-        SparseDecodeProblem p = c.sp;
-        p.out.data = out.get();
-        p.lse.data = lse.get();
-        st = be->run(p, w, Stream{});
-      } else {
-        DecodeProblem p = c.dp;
-        p.out.data = out.get();
-        p.lse.data = lse.get();
-        st = be->plan(p, w, Stream{});
-        if (st.ok()) st = be->run(p, w, Stream{});
-      }
+      const Status st = call_into(*be, c, sparse, out.get(), lse.get(), Workspace{ws.get(), ws.bytes()});
       ASSERT_TRUE(st.ok()) << st.to_string();
       int current = -1;
       cudaGetDevice(&current);
@@ -238,11 +251,7 @@ TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "device 1";
       cudaSetDevice(0);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "device 0";
-      got.out.resize(out.bytes() / 2);
-      got.lse.resize(lse.bytes() / 4);
-      cudaMemcpy(got.out.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost);
-      cudaMemcpy(got.lse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost);
-      EXPECT_TRUE(got == ref);
+      EXPECT_TRUE(download(out, lse) == ref);
     }
   }
   EXPECT_GT(ran, 0) << "no CUDA backend served the calls";
@@ -282,27 +291,10 @@ TEST(Concurrency, OneWorkspaceServesBothBackendsInTurn) {
         const Backend& be = *backends[i];
         cudaMemset(out.get(), 0xFF, out.bytes());
         cudaMemset(lse.get(), 0xFF, lse.bytes());
-        Status st;
-        if (sparse) {
-          SparseDecodeProblem p = c.sp;
-          p.out.data = out.get();
-          p.lse.data = lse.get();
-          st = be.run(p, w, Stream{});
-        } else {
-          DecodeProblem p = c.dp;
-          p.out.data = out.get();
-          p.lse.data = lse.get();
-          st = be.plan(p, w, Stream{});
-          if (st.ok()) st = be.run(p, w, Stream{});
-        }
+        const Status st = call_into(be, c, sparse, out.get(), lse.get(), w);
         ASSERT_TRUE(st.ok()) << be.name() << ": " << st.to_string();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        Result got;
-        got.out.resize(out.bytes() / 2);
-        got.lse.resize(lse.bytes() / 4);
-        cudaMemcpy(got.out.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost);
-        cudaMemcpy(got.lse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost);
-        EXPECT_TRUE(got == own[i]) << be.name() << ", round " << round;
+        EXPECT_TRUE(download(out, lse) == own[i]) << be.name() << ", round " << round;
       }
     }
   }
