@@ -21,73 +21,23 @@
 #include "mlakit/backend.h"
 #include "mlakit/registry.h"
 #include "reference/ops.h"
+#include "prefill_gpu.h"
 #include "test_cache_util.h"
 
 namespace mlakit::test {
 namespace {
 
-constexpr Geometry kGeometries[] = {{192, 128}, {128, 128}, {64, 64}};
-constexpr int64_t kPoisonTokens = 64;  // NaN tokens after the last key of k and v on the device
-
-/// Uploads `bits` followed by kPoisonTokens tokens of NaN (the kernel must not read past the last key).
-void upload_poisoned(DeviceBuffer* buf, const std::vector<uint16_t>& bits, int64_t token_stride) {
-  std::vector<uint16_t> padded = bits;
-  padded.insert(padded.end(), size_t(kPoisonTokens * token_stride), kPoison16);
-  DeviceBuffer::upload(buf, padded);
-}
-
-/// (d_qk, d_v) pairs a path is not compiled for: it must refuse them by name, and the case is skipped.
-bool path_lacks(const std::string& backend, const Geometry& g) { return backend == "cuda_sm90" && g.d_vh != 128; }
-
-/// Runs case `c` on CUDA backend `be` (named `backend`): k and v NaN-poisoned past the last key, out and lse poisoned
-/// before the call; their values come back as floats in *out and *lse. A path not compiled for the case's dims must
-/// refuse it by name, and the test is then skipped.
+/// Runs case `c` on CUDA backend `be` (named `backend`) (prefill_gpu.h); out and lse come back as floats. A path not
+/// compiled for the case's dims must refuse it by name, and the test is then skipped.
 void run_on_gpu(const Backend& be, const std::string& backend, PrefillCase& c, std::vector<float>* out,
                 std::vector<float>* lse) {
-  const PrefillCaseConfig& cfg = c.cfg;
-  const PrefillProblem host = c.problem();
-  DeviceBuffer dq, dk, dv, dcq, dck, dout, dlse;
-  DeviceBuffer::upload(&dq, c.q);
-  upload_poisoned(&dk, c.k, c.token_stride(cfg.geometry.d_qk));
-  upload_poisoned(&dv, c.v, c.token_stride(cfg.geometry.d_vh));
-  DeviceBuffer::upload(&dcq, c.cu_q);
-  DeviceBuffer::upload(&dck, c.cu_k);
-  DeviceBuffer::upload(&dout, std::vector<uint16_t>(c.out.size(), kPoison16));
-  DeviceBuffer::upload(&dlse, std::vector<float>(c.lse.size(), NAN));
-  const Device gpu{DeviceType::kCUDA, 0};
-  PrefillProblem p = host;
-  const auto on_gpu = [&](TensorView t, const DeviceBuffer& b) {
-    t.data = b.get();
-    t.device = gpu;
-    return t;
-  };
-  p.q = on_gpu(host.q, dq);
-  p.k = on_gpu(host.k, dk);
-  p.v = on_gpu(host.v, dv);
-  p.cu_seqlens_q = on_gpu(host.cu_seqlens_q, dcq);
-  p.cu_seqlens_k = on_gpu(host.cu_seqlens_k, dck);
-  p.out = on_gpu(host.out, dout);
-  p.lse = on_gpu(host.lse, dlse);
-  if (path_lacks(backend, cfg.geometry)) {
-    const Status refused = be.supports(p);
-    EXPECT_EQ(refused.code(), StatusCode::kNotSupported) << refused.to_string();
-    EXPECT_NE(refused.message().find("(d_qk, d_v)="), std::string::npos) << refused.to_string();
-    GTEST_SKIP() << "not compiled on " << backend << ": " << refused.message();
+  const Status st = run_prefill_on_gpu(be, c, out, lse);
+  if (path_lacks(backend, c.cfg.geometry)) {
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
+    EXPECT_NE(st.message().find("(d_qk, d_v)="), std::string::npos) << st.to_string();
+    GTEST_SKIP() << "not compiled on " << backend << ": " << st.message();
   }
-  const Status st = be.run(p, Stream{});
   ASSERT_TRUE(st.ok()) << st.to_string();
-  CACHE_TEST_CUDA(cudaDeviceSynchronize());
-  *out = to_floats(dout.download<uint16_t>(c.out.size()), cfg.dtype);
-  *lse = dlse.download<float>(c.lse.size());
-}
-
-/// The largest |value| of v: at least each row's vmax, so the bound built on it is never tighter than SPEC's.
-float v_max(const PrefillCase& c) {
-  float vmax = 0.0f;
-  for (float x : to_floats(c.v, c.cfg.dtype)) {
-    if (std::isfinite(x)) vmax = std::max(vmax, std::fabs(x));
-  }
-  return vmax;
 }
 
 /// Runs the case on CUDA backend `backend` and on the reference; compares out (every element) and lse.
@@ -96,19 +46,11 @@ void expect_matches_reference(const PrefillCaseConfig& cfg, const std::string& b
   std::string why;
   const Backend* cuda = cuda_backend(&why, backend);
   if (cuda == nullptr) GTEST_SKIP() << why;
-
   PrefillCase c = PrefillCase::generate(cfg);
-  PrefillProblem host = c.problem();
-  ASSERT_TRUE(reference::prefill(host).ok());
-  const std::vector<float> ref_out = to_floats(c.out, cfg.dtype);
-  const std::vector<float> ref_lse = c.lse;
-
   std::vector<float> out, lse;
   run_on_gpu(*cuda, backend, c, &out, &lse);
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
-  const std::vector<float> row_vmax{v_max(c)};
-  EXPECT_TRUE(check_out(out, ref_out, row_vmax, cfg.geometry.d_vh, cfg.dtype));
-  EXPECT_TRUE(check_lse(lse, ref_lse));
+  expect_prefill_matches_reference(c, out, lse);
 }
 
 using Params = std::tuple<std::string /*backend*/, DType, bool /*causal*/, int64_t /*h_q*/, int /*geometry*/>;
@@ -120,7 +62,7 @@ TEST_P(CudaPrefill, RaggedBatchMatchesReference) {
   cfg.dtype = dtype;
   cfg.causal = causal;
   cfg.h_q = h_q;
-  cfg.geometry = kGeometries[geometry];
+  cfg.geometry = kPrefillGeometries[geometry];
   // No queries (with and without keys), single tokens, Lq == Lk across tile edges, Lq < Lk (extend), several
   // 64-row blocks per request, a last key tile that is partial.
   cfg.lens = {{0, 0}, {0, 4}, {1, 1}, {3, 10}, {7, 7}, {64, 64}, {65, 130}, {1, 33}, {200, 200}, {130, 1000}, {5, 40}};
