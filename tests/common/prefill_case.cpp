@@ -69,7 +69,9 @@ double PrefillCase::value(const std::vector<uint16_t>& bits, int64_t token, int6
 std::string describe(const PrefillCaseConfig& cfg) {
   std::string s = std::string("dtype=") + dtype_name(cfg.dtype) + " h_q=" + std::to_string(cfg.h_q) +
                   " d_qk=" + std::to_string(cfg.geometry.d_qk) + " d_vh=" + std::to_string(cfg.geometry.d_vh) +
-                  " causal=" + (cfg.causal ? "1" : "0") + " seed=" + std::to_string(cfg.seed) + " lens=";
+                  " causal=" + (cfg.causal ? "1" : "0") + " token_padding=" + std::to_string(cfg.token_padding) +
+                  " out_head_stride=" + std::to_string(cfg.out_head_stride) + " in_head_stride=" +
+                  std::to_string(cfg.in_head_stride) + " seed=" + std::to_string(cfg.seed) + " lens=";
   for (auto [lq, lk] : cfg.lens) s += "(" + std::to_string(lq) + "," + std::to_string(lk) + ")";
   return s;
 }

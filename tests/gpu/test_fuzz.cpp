@@ -1,7 +1,9 @@
 // Differential GPU fuzzer (issue 11 item 4): seeded random dense and sparse decode problems (every V3 KV format,
 // page sizes, head counts 1..128, s_q 1..8 causal or not, lengths including 0 and shorter than a page, batches,
-// top-k and topk_length, sinks, q dtypes, scale on the device or not) through every CUDA decode path this device
-// runs, each against the CPU reference with docs/spec.md section 10's tolerances. A failure names the seed and the
+// top-k and topk_length, sinks, q dtypes, scale on the device or not) and ragged prefill problems (every compiled
+// (d_qk, d_v), bf16 and fp16, causal or not, requests without queries or keys, single tokens, Lq = Lk and Lq < Lk,
+// padded token rows, strided out heads) through every CUDA path this device runs, each against the CPU reference
+// with docs/spec.md section 10's tolerances. A failure names the seed and the
 // problem; MLAKIT_FUZZ_SEED=<seed> MLAKIT_FUZZ_CASES=1 replays it alone.
 //
 // ctest runs MLAKIT_FUZZ_CASES (default 150) cases from MLAKIT_FUZZ_SEED (default 20261124); scripts/gpu-check.sh runs
@@ -23,6 +25,7 @@
 #include "common/compare.h"
 #include "common/decode_case.h"
 #include "hopper_fp8_rule.h"
+#include "prefill_gpu.h"
 #include "reference/ops.h"
 #include "test_cache_util.h"
 
@@ -33,6 +36,8 @@ constexpr int64_t kDimV = 512;
 constexpr uint8_t kPoison = 0xFF;
 /// Cap on s_q * h_q * (keys attended per request, summed): the reference's work per case.
 constexpr int64_t kMaxWork = 400000;
+/// Cap on h_q * (query-key pairs, summed) of a prefill case: the same budget at its ~0.3 of decode's work per pair.
+constexpr int64_t kMaxPrefillPairs = 1200000;
 
 uint64_t env_or(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -197,6 +202,48 @@ bool fuzz_sparse(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
                          [&] { return reference::sparse_decode(c.problem()); });
 }
 
+/// Runs and compares one ragged prefill case; returns false when the path is not compiled for the case's (d_qk, d_v)
+/// and refused it by name.
+bool fuzz_prefill(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
+  PrefillCaseConfig cfg;
+  cfg.geometry = rng() % 2 ? kPrefillGeometries[0] : kPrefillGeometries[rng() % 3];  // DeepSeek's 192/128 half the time
+  cfg.dtype = rng() % 2 ? DType::kBF16 : DType::kFP16;
+  cfg.causal = rng() % 2 == 0;
+  cfg.h_q = pick_heads(rng);
+  const int64_t b = int64_t(1 + rng() % 6);
+  for (int64_t i = 0; i < b; ++i) {
+    const uint64_t kind = rng() % 5;  // no queries, one token, Lq = Lk, extend, long extend
+    const int32_t lq = kind == 0 ? 0 : kind == 1 ? 1 : int32_t(1 + rng() % 300);
+    const int32_t extra = kind == 2 ? 0 : kind == 4 ? int32_t(rng() % 2000) : int32_t(rng() % 200);
+    cfg.lens.push_back({lq, lq + extra});
+  }
+  int64_t pairs = 0;
+  for (auto [lq, lk] : cfg.lens) pairs += int64_t(lq) * lk;
+  if (pairs * cfg.h_q > kMaxPrefillPairs) {  // shrink the lengths, keeping their shape (and Lk >= Lq)
+    const double f = std::sqrt(double(kMaxPrefillPairs) / double(pairs * cfg.h_q));
+    for (auto& [lq, lk] : cfg.lens) {
+      lq = int32_t(lq * f);
+      lk = std::max(lq, int32_t(lk * f));
+    }
+  }
+  constexpr int64_t kPadding[] = {0, 8, 24};  // elements after each token's heads (rows stay 16-byte aligned)
+  cfg.token_padding = kPadding[rng() % 3];
+  if (rng() % 3 == 0) cfg.out_head_stride = cfg.geometry.d_vh + 8 * int64_t(1 + rng() % 4);
+  cfg.seed = seed;
+  SCOPED_TRACE("prefill " + describe(cfg));
+
+  PrefillCase c = PrefillCase::generate(cfg);
+  std::vector<float> out, lse;
+  const Status st = run_prefill_on_gpu(be, c, &out, &lse);
+  if (path_lacks(be.name(), cfg.geometry)) {
+    EXPECT_NE(st.message().find("(d_qk, d_v)="), std::string::npos) << st.to_string();
+    return false;
+  }
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  if (st.ok()) expect_prefill_matches_reference(c, out, lse);
+  return true;
+}
+
 TEST(DifferentialFuzz, EveryCudaPathMatchesTheReference) {
   std::vector<const Backend*> paths;
   std::string why;
@@ -212,16 +259,16 @@ TEST(DifferentialFuzz, EveryCudaPathMatchesTheReference) {
     const uint64_t seed = base + i;
     std::mt19937_64 rng(seed);
     const Backend& be = *paths[rng() % paths.size()];
-    const bool dense = rng() % 10 < 6;
+    const uint64_t op = rng() % 10;  // 5 dense, 3 sparse, 2 prefill in 10
     SCOPED_TRACE("MLAKIT_FUZZ_SEED=" + std::to_string(seed) + " MLAKIT_FUZZ_CASES=1 on " + be.name());
     const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
     const int parts_before = result->total_part_count();  // failed assertions add parts
-    const bool served = dense ? fuzz_dense(rng, be, seed) : fuzz_sparse(rng, be, seed);
-    const std::string key = be.name() + (dense ? " dense" : " sparse");
+    const bool served = op < 5 ? fuzz_dense(rng, be, seed) : op < 8 ? fuzz_sparse(rng, be, seed) : fuzz_prefill(rng, be, seed);
+    const std::string key = be.name() + (op < 5 ? " dense" : op < 8 ? " sparse" : " prefill");
     ++(served ? ran : refused)[key];
     if (result->total_part_count() > parts_before) ++failed;  // stop after 5 failing cases
   }
-  for (const auto& [key, n] : ran) std::printf("fuzz: %-18s %5d cases checked, %d refused by the fp8 row rule\n",
+  for (const auto& [key, n] : ran) std::printf("fuzz: %-18s %5d cases checked, %d refused by a documented rule\n",
                                                key.c_str(), n, refused[key]);
 }
 
