@@ -47,8 +47,15 @@ class Backend {
   virtual int priority() const = 0;
   /// What this backend implements; drives `mlakit info` and docs/backends.md.
   virtual std::vector<Feature> features() const = 0;
-  /// Whether the backend can run here at all (e.g. "no CUDA device", "needs sm_90a, device is sm_80").
+  /// Whether the backend can run here at all (e.g. "no CUDA device", "needs sm_90a, device is sm_80"); a CUDA backend
+  /// answers for the calling thread's current device.
   virtual Status available() const { return {}; }
+  /// The same for `device`, the device of a call's tensors: what every entry point asks before its checks, so that
+  /// on a machine whose GPUs differ a call is judged by its own GPU, whichever is current.
+  virtual Status available_on(Device device) const {
+    (void)device;
+    return available();
+  }
 
   // ---- dense decode: plan on the device, then run (both CUDA-graph capturable) ----
   Status supports(const DecodeProblem& p) const;

@@ -34,7 +34,7 @@ Status Backend::check_device(const Problem& p) const {
                                  (device_type() == DeviceType::kCPU ? "cpu" : "cuda") + " tensors, the call's are on " +
                                  device_name(dev));
   }
-  Status avail = available();
+  Status avail = available_on(dev);
   if (!avail.ok()) return Status::not_supported("backend '" + name() + "' is not available: " + avail.message());
   return {};
 }

@@ -1,5 +1,6 @@
 // The portable CUDA backend (SM80+): dispatches each operation to its folder (decode/, cache/).
-// Availability is checked per call from the current device; nothing is cached in globals.
+// Availability is checked per call for the device of the call's tensors (available(): the current device), from
+// facts each host thread keeps per device (cuda/common/device.h); nothing is cached in globals.
 
 #include <memory>
 
@@ -30,8 +31,13 @@ class CudaBackend final : public Backend {
   }
 
   Status available() const override {
+    int ordinal = 0;
+    MLAKIT_TRY(cuda::current_device(&ordinal));
+    return available_on(Device::cuda(ordinal));
+  }
+  Status available_on(Device device) const override {
     const cuda::DeviceInfo* info = nullptr;
-    MLAKIT_TRY(cuda::cached_device_info(&info));
+    MLAKIT_TRY(cuda::cached_device_info(device.index, &info));
     if (info->sm_major < kMinSmMajor) {
       return Status::not_supported("needs compute capability >= 8.0, device " + std::to_string(info->ordinal) +
                                    " is " + std::to_string(info->sm_major) + "." + std::to_string(info->sm_minor));

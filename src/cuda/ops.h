@@ -26,7 +26,7 @@ Status sparse_decode_run(const SparseDecodeProblem& p, Workspace ws, Stream stre
 
 // decode/sm90: the Hopper dense decode (issue 8)
 std::vector<Feature> decode_sm90_features();
-Status decode_sm90_available();
+Status decode_sm90_available(int ordinal);
 Status decode_sm90_supports(const DecodeProblem& p);
 size_t decode_sm90_workspace_bytes(const DecodeProblem& p);
 Status decode_sm90_plan(const DecodeProblem& p, Workspace ws, Stream stream);

@@ -1,11 +1,13 @@
 // The Hopper CUDA backend (sm_90a): dense decode on warpgroup MMA with a TMA producer, sparse decode on the
 // same kernel with a gathering producer (decode/sm90/), and the ragged prefill (prefill/sm90/).
 // Every other operation is left to the portable backend, which selection reports by name. Availability
-// is checked per call from the current device and the kernel image; nothing is cached in globals.
+// is checked per call for the device of the call's tensors (available(): the current device) and the kernel image;
+// nothing is cached in globals.
 
 #include <memory>
 #include <vector>
 
+#include "cuda/common/device.h"
 #include "cuda/ops.h"
 #include "mlakit/backend.h"
 
@@ -26,7 +28,12 @@ class CudaSm90Backend final : public Backend {
     for (Feature& f : cuda::prefill_sm90_features()) all.push_back(std::move(f));
     return all;
   }
-  Status available() const override { return cuda::decode_sm90_available(); }
+  Status available() const override {
+    int ordinal = 0;
+    MLAKIT_TRY(cuda::current_device(&ordinal));
+    return available_on(Device::cuda(ordinal));
+  }
+  Status available_on(Device device) const override { return cuda::decode_sm90_available(device.index); }
 
  protected:
   Status do_supports_decode(const DecodeProblem& p) const override { return cuda::decode_sm90_supports(p); }

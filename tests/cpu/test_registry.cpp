@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/decode_case.h"
 #include "common/picky_backend.h"
@@ -154,6 +156,54 @@ TEST(Registry, NamedHopperBackendIsNeverRerouted) {
   const Selection sel = r.select(p, Preference{"cuda_sm90"});
   EXPECT_EQ(sel.backend, nullptr);
   EXPECT_EQ(sel.status.message().rfind("backend 'cuda_sm90' is not available: ", 0), 0u) << sel.status.to_string();
+}
+
+/// A CUDA-typed test double that runs on GPU 0 only (as on a machine whose GPUs differ): available() (the current
+/// device) is fine, available_on() refuses any other ordinal; it counts the calls its decode hook gets.
+class DeviceZeroOnly final : public Backend {
+ public:
+  explicit DeviceZeroOnly(int* hooks) : hooks_(hooks) {}
+  std::string name() const override { return "device-zero"; }
+  std::string description() const override { return "test double: runs on cuda:0 only"; }
+  DeviceType device_type() const override { return DeviceType::kCUDA; }
+  int priority() const override { return 50; }
+  std::vector<Feature> features() const override { return {{OpKind::kDecode, "cuda:0 only"}}; }
+  Status available() const override { return {}; }
+  Status available_on(Device device) const override {
+    if (device.index == 0) return {};
+    return Status::not_supported("cuda:" + std::to_string(device.index) + " is not this backend's kind of GPU");
+  }
+
+ protected:
+  Status do_supports_decode(const DecodeProblem&) const override {
+    ++*hooks_;
+    return {};
+  }
+
+ private:
+  int* hooks_;
+};
+
+// Every entry point judges availability by the device of the call's tensors, not by the current one: a call on cuda:1
+// is refused with that device's reason before the backend's own checks, by supports(), plan() and selection alike.
+TEST(Registry, AvailabilityIsAskedForTheCallsDevice) {
+  int hooks = 0;
+  Registry r;
+  ASSERT_TRUE(r.add(std::make_unique<DeviceZeroOnly>(&hooks)).ok());
+  const Backend& be = *r.get("device-zero");
+  test::DecodeCase c = make_case(16);
+  const test::DecodeBuffers at = c.host_buffers();
+  EXPECT_TRUE(be.supports(c.problem(at, Device::cuda(0))).ok());
+  EXPECT_EQ(hooks, 1);
+  const DecodeProblem on_one = c.problem(at, Device::cuda(1));
+  const std::string why = "backend 'device-zero' is not available: cuda:1 is not this backend's kind of GPU";
+  EXPECT_EQ(be.supports(on_one).message(), why);
+  EXPECT_EQ(be.plan(on_one, Workspace{}, Stream{}).message(), why);
+  const Selection sel = r.select(on_one);
+  EXPECT_EQ(sel.backend, nullptr);
+  ASSERT_EQ(sel.passed_over.size(), 1u) << sel.explain();
+  EXPECT_EQ(sel.passed_over[0].reason, why);
+  EXPECT_EQ(hooks, 1);  // never asked about a call on a device it cannot run on
 }
 
 TEST(Registry, UnimplementedOperationSaysSo) {

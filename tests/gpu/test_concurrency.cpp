@@ -257,6 +257,30 @@ TEST(Concurrency, CallsRunOnTheirTensorsDeviceNotTheCurrentOne) {
   EXPECT_GT(ran, 0) << "no CUDA backend served the calls";
 }
 
+// A call whose tensors name a device this process does not see (cuda:<device count>) is refused by each CUDA backend
+// with that reason before anything touches a device (availability is asked for the call's device, not the current
+// one), and no workspace is sized for it.
+TEST(Concurrency, CallsOnADeviceThisProcessLacksAreRefusedByName) {
+  std::string why;
+  if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = {40, 3};
+  cfg.h_q = 16;
+  DecodeCase dense = DecodeCase::generate(cfg);
+  const DecodeProblem p = dense.problem(dense.host_buffers(), Device::cuda(devices));  // never dereferenced
+  const std::string reason = "cuda:" + std::to_string(devices) + ": no such CUDA device (this process sees " +
+                             std::to_string(devices) + ")";
+  static const Registry registry = make_default_registry();
+  for (const char* name : {"cuda", "cuda_sm90"}) {
+    const Backend* be = registry.get(name);
+    ASSERT_NE(be, nullptr) << name;
+    EXPECT_EQ(be->supports(p).message(), "backend '" + std::string(name) + "' is not available: " + reason);
+    EXPECT_EQ(be->workspace_bytes(p), 0u) << name;
+  }
+}
+
 // One workspace used by one call after another on one stream, alternating between the CUDA backends (issue 11's
 // "workspace shared between two backends"): nothing one call leaves in it (its schedule, partial rows) may change the
 // next one's result. Every result must equal the same backend's result with a workspace of its own, bit for bit.

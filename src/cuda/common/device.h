@@ -1,5 +1,5 @@
 #pragma once
-// Facts about the current CUDA device that backends need on the host, and a guard that makes a call's device current.
+// Facts about a CUDA device that backends need on the host, and a guard that makes a call's device current.
 
 #include "mlakit/status.h"
 #include "mlakit/types.h"
@@ -14,15 +14,17 @@ struct DeviceInfo {
   int max_smem_per_block_optin = 0;  // bytes
 };
 
-/// Information on the current device, or a Status saying why there is none.
-Status current_device_info(DeviceInfo* info);
+/// The calling thread's current CUDA device, or a Status saying there is none.
+Status current_device(int* ordinal);
 
-/// The same, queried once per (host thread, device) and kept for the thread's life: a device's compute capability,
-/// SM count and shared-memory limit cannot change while the process lives, and every public call of a CUDA backend
-/// asks for them (available()), where six runtime queries per call cost microseconds of host time. *info stays valid
-/// for the calling thread's life (the entries never move). Not cached: the absence of a device (the next call asks
-/// again).
-Status cached_device_info(const DeviceInfo** info);
+/// Information on device `ordinal` (the index of the call's tensors' Device), queried once per (host thread, device)
+/// and kept for the thread's life: a device's compute capability, SM count and shared-memory limit cannot change
+/// while the process lives, and every public call of a CUDA backend asks for them (availability, supports, plan and
+/// run), where five runtime queries per call cost microseconds of host time. Keyed by the ordinal, never by the
+/// current device, so that a call on another GPU than the current one is checked and sized for its own GPU.
+/// *info stays valid for the calling thread's life (the entries never move). Not cached: a missing device (an
+/// ordinal at or past the device count; the next call asks again).
+Status cached_device_info(int ordinal, const DeviceInfo** info);
 
 /// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
 /// whatever device the calling thread last used); restores the previous device afterwards.

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kPath = "cuda decode";
 
 Status shape_for(const DecodeProblem& p, decode::Sm80Shape* s) {
-  return decode::sm80_shape(decode::query_rows(p), decode::dense_variant(p), s);
+  return decode::sm80_shape(decode::query_rows(p), decode::dense_variant(p), p.device().index, s);
 }
 
 }  // namespace
@@ -34,9 +34,7 @@ Status decode_supports(const DecodeProblem& p) {
 }
 
 size_t decode_workspace_bytes(const DecodeProblem& p) {
-  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
-  if (!guard.set(p.device()).ok()) return 0;
-  decode::Sm80Shape s;
+  decode::Sm80Shape s;  // sized for the tensors' device (its partitions follow that device's SM count)
   if (!shape_for(p, &s).ok()) return 0;
   return decode::layout_for(p, s.partitions).total;
 }

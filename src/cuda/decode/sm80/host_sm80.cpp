@@ -89,14 +89,16 @@ Sm80Variant dense_variant(const DecodeProblem& p) {
           /*one_token=*/p.q.shape[1] == 1 && !p.kv.split()};
 }
 
-Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
+Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* out) {
   DeviceFacts* facts = nullptr;
-  MLAKIT_TRY(device_facts(&facts));
+  MLAKIT_TRY(device_facts(ordinal, &facts));
   Sm80Shape s;
   const bool takes_few_rows = use_few_rows(rows, v);
   int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];  // 0: not asked yet; -1: does not fit this device
   if (takes_few_rows && few == 0) {
     const int limit = facts->info.max_smem_per_block_optin;
+    DeviceGuard guard;  // the occupancy calculator answers for the current device
+    MLAKIT_TRY(guard.set(Device::cuda(ordinal)));
     int n = 0;
     MLAKIT_TRY(few_rows_kernel(v).occupancy(limit, &n));
     few = n > 0 ? n : -1;
@@ -129,6 +131,8 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out) {
   int& ctas = facts->sm80_ctas[v.sparse ? 1 : 0][v.bf16 ? 1 : 0][v.v4 ? 1 : 0][int(v.kind)][row_group_index(s.row_groups)];
   if (ctas < 1) {
     const int rg = s.row_groups;
+    DeviceGuard guard;  // the occupancy calculator answers for the current device
+    MLAKIT_TRY(guard.set(Device::cuda(ordinal)));
     MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
       return decode_occupancy<kBf16, kKind, kSparse, kDqk>(rg, &ctas);
     }));

@@ -34,8 +34,8 @@ struct Sm80Shape {
   bool few_rows = false;   // the few-row kernel (few_rows.cuh) instead of the portable one (host_sm80.cpp)
 };
 
-/// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q).
-Status sm80_shape(int64_t rows, const Sm80Variant& v, Sm80Shape* out);
+/// The shape for `rows` query rows per request (dense: s_q x h_q; sparse: h_q) on device `ordinal`.
+Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* out);
 
 /// Whether sm80_shape gives a call the few-row kernel (few_rows.cuh) on a device where it fits: q bf16, at most 16 rows
 /// (heads) per query token, and sparse fp8_ds_v4 (V4) or fp8_ds_mla or fp8_e4m3 (V3), or dense fp8_ds_mla or fp8_e4m3

@@ -20,7 +20,7 @@ decode::Sm80Variant variant_of(const SparseDecodeProblem& p) {
 }
 
 Status shape_for(const SparseDecodeProblem& p, decode::Sm80Shape* s) {
-  return decode::sm80_shape(p.h_q(), variant_of(p), s);
+  return decode::sm80_shape(p.h_q(), variant_of(p), p.device().index, s);
 }
 
 }  // namespace
@@ -40,9 +40,7 @@ Status sparse_decode_supports(const SparseDecodeProblem& p) {
 }
 
 size_t sparse_decode_workspace_bytes(const SparseDecodeProblem& p) {
-  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
-  if (!guard.set(p.device()).ok()) return 0;
-  decode::Sm80Shape s;
+  decode::Sm80Shape s;  // sized for the tensors' device (its partitions follow that device's SM count)
   if (!shape_for(p, &s).ok()) return 0;
   return decode::layout_for(p, s.partitions).total;
 }

@@ -27,7 +27,7 @@ constexpr const char* kPath = "cuda_sm90 decode";
 constexpr int64_t kMinTmaPage = 16;
 
 Status partitions_for(const DecodeProblem& p, int64_t* g) {
-  return decode::sm90::partitions_for(decode::query_rows(p), g);
+  return decode::sm90::partitions_for(decode::query_rows(p), p.device().index, g);
 }
 
 }  // namespace
@@ -41,22 +41,25 @@ std::vector<Feature> decode_sm90_features() {
            "split-KV plan; sm_90a"}};
 }
 
-Status decode_sm90_available() {
+Status decode_sm90_available(int ordinal) {
   const DeviceInfo* info = nullptr;
-  MLAKIT_TRY(cached_device_info(&info));
+  MLAKIT_TRY(cached_device_info(ordinal, &info));
   if (info->sm_major != 9 || info->sm_minor != 0) {
     return Status::not_supported("needs compute capability 9.0 (sm_90a code runs on Hopper only), device " +
                                  std::to_string(info->ordinal) + " is " + std::to_string(info->sm_major) + "." +
                                  std::to_string(info->sm_minor));
   }
   // Whether the sm_90a image loads on this device cannot change either: asked once per (thread, device) that can
-  // (every public call asks, and cudaFuncGetAttributes costs microseconds); a failure is asked again.
+  // (every public call asks, and cudaFuncGetAttributes costs microseconds); a failure is asked again. The query runs
+  // on the current device, so the device asked about is made current for it.
   thread_local std::vector<bool> loadable;
-  const size_t ordinal = size_t(info->ordinal);
-  if (ordinal < loadable.size() && loadable[ordinal]) return {};
+  const size_t index = size_t(ordinal);
+  if (index < loadable.size() && loadable[index]) return {};
+  DeviceGuard guard;
+  MLAKIT_TRY(guard.set(Device::cuda(ordinal)));
   MLAKIT_TRY(decode::sm90::kernels_loadable());
-  if (loadable.size() <= ordinal) loadable.resize(ordinal + 1, false);
-  loadable[ordinal] = true;
+  if (loadable.size() <= index) loadable.resize(index + 1, false);
+  loadable[index] = true;
   return {};
 }
 
@@ -66,9 +69,7 @@ Status decode_sm90_supports(const DecodeProblem& p) {
 }
 
 size_t decode_sm90_workspace_bytes(const DecodeProblem& p) {
-  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
-  if (!guard.set(p.device()).ok()) return 0;
-  int64_t g = 0;
+  int64_t g = 0;  // sized for the tensors' device (its partitions follow that device's SM count)
   if (!partitions_for(p, &g).ok()) return 0;
   return decode::layout_for(p, g).total;
 }

@@ -23,8 +23,8 @@ Status check_fp8_rows(KvFormat format, int64_t rows, const char* path);
 /// CTAs per request along the rows: 64 query rows each (dense: s_q x h_q; sparse: h_q).
 int64_t row_blocks_for(int64_t rows);
 
-/// Partitions G of the batch's KV work: one CTA per SM (each takes ~227 KB of shared memory).
-Status partitions_for(int64_t rows, int64_t* g);
+/// Partitions G of the batch's KV work on device `ordinal`: one CTA per SM (each takes ~227 KB of shared memory).
+Status partitions_for(int64_t rows, int ordinal, int64_t* g);
 
 /// Launches the kernel (dense, or sparse with `sparse`; v4: DeepSeek V4's geometry, sparse only; TMA only for dense
 /// 16-bit caches with use_tma) and then the combine of the split requests.

@@ -35,10 +35,8 @@ Status sparse_decode_sm90_supports(const SparseDecodeProblem& p) {
 }
 
 size_t sparse_decode_sm90_workspace_bytes(const SparseDecodeProblem& p) {
-  DeviceGuard guard;  // sized for the device the call runs on (its partitions follow that device's SM count)
-  if (!guard.set(p.device()).ok()) return 0;
-  int64_t g = 0;
-  if (!decode::sm90::partitions_for(p.h_q(), &g).ok()) return 0;
+  int64_t g = 0;  // sized for the tensors' device (its partitions follow that device's SM count)
+  if (!decode::sm90::partitions_for(p.h_q(), p.device().index, &g).ok()) return 0;
   return decode::layout_for(p, g).total;
 }
 
@@ -46,7 +44,7 @@ Status sparse_decode_sm90_run(const SparseDecodeProblem& p, Workspace ws, Stream
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(p.device()));
   int64_t g = 0;
-  MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), &g));
+  MLAKIT_TRY(decode::sm90::partitions_for(p.h_q(), p.device().index, &g));
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   decode::DecodeParams d;
   MLAKIT_TRY(decode::sparse_schedule(p, ws, g, decode::sm90::kTileShift, s, true, &d));

@@ -289,21 +289,19 @@ int64_t sparse_requests(const SparseDecodeProblem& p) { return p.batch() * p.s_q
 
 int kernel_dqk(const MlaDims& dims) { return dims.v_whole_row ? kDimQKV4 : kDimQK; }
 
-Status device_facts(DeviceFacts** out) {
+Status device_facts(int ordinal, DeviceFacts** out) {
   thread_local std::deque<DeviceFacts> facts;  // indexed by device ordinal (growing it moves no entry)
-  int ordinal = -1;
-  if (cudaGetDevice(&ordinal) == cudaSuccess && ordinal >= 0 && size_t(ordinal) < facts.size() &&
-      facts[size_t(ordinal)].valid) {
+  if (ordinal >= 0 && size_t(ordinal) < facts.size() && facts[size_t(ordinal)].valid) {
     *out = &facts[size_t(ordinal)];
     return {};
   }
-  DeviceInfo info;
-  MLAKIT_TRY(current_device_info(&info));
-  if (facts.size() <= size_t(info.ordinal)) facts.resize(size_t(info.ordinal) + 1);
-  DeviceFacts& f = facts[size_t(info.ordinal)];
+  const DeviceInfo* info = nullptr;
+  MLAKIT_TRY(cached_device_info(ordinal, &info));
+  if (facts.size() <= size_t(ordinal)) facts.resize(size_t(ordinal) + 1);
+  DeviceFacts& f = facts[size_t(ordinal)];
   f = DeviceFacts{};
   f.valid = true;
-  f.info = info;
+  f.info = *info;
   *out = &f;
   return {};
 }

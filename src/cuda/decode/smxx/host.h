@@ -30,8 +30,7 @@ int kernel_dqk(const MlaDims& dims);
 /// Plan requests of sparse decode: every query token (b, i) is one, b x s_q.
 int64_t sparse_requests(const SparseDecodeProblem& p);
 
-/// Facts of the current device that cannot change while the process lives, looked up once per (host
-/// thread, device): plan and run are called for every layer of every step, and the queries (device
+/// Facts of a device that cannot change while the process lives, looked up once per (host thread, device): plan and run are called for every layer of every step, and the queries (device
 /// attributes, function attributes, occupancy) cost the host several microseconds each.
 struct DeviceFacts {
   bool valid = false;
@@ -43,7 +42,9 @@ struct DeviceFacts {
   // its calls).
   int sm80_few_rows_ctas[5] = {};
 };
-Status device_facts(DeviceFacts** out);
+/// The facts of device `ordinal` (the call's tensors' device), kept per host thread like cached_device_info's. The
+/// occupancy entries are filled on first use with that device current (the occupancy calculator asks the current one).
+Status device_facts(int ordinal, DeviceFacts** out);
 
 Status check_workspace_alignment(Workspace ws);
 WorkspaceLayout layout_for(const DecodeProblem& p, int64_t partitions);

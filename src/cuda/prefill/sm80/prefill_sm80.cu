@@ -65,7 +65,7 @@ Status prefill_supports(const PrefillProblem& p) {
   MLAKIT_TRY(prefill::check_rows(p, prefill::sm80::kWhy));
   // 104 KB at 192/128: above the 99 KB a block may have on sm_86, sm_89 and sm_120 (declined there by name).
   const DeviceInfo* info = nullptr;
-  MLAKIT_TRY(cached_device_info(&info));
+  MLAKIT_TRY(cached_device_info(p.device().index, &info));
   const int need = prefill::sm80::smem_bytes(d_qk, d_v);
   if (need > info->max_smem_per_block_optin) {
     return unsupported("(d_qk, d_v)", "(" + std::to_string(d_qk) + ", " + std::to_string(d_v) + ")",
