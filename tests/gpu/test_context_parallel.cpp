@@ -35,12 +35,15 @@ namespace {
 
 constexpr uint8_t kPoison = 0xFF;
 
-/// A decode case's buffers on the current device, outputs poisoned (as the case holds them).
+/// A decode case's buffers on one device, outputs poisoned (as the case holds them).
 struct DeviceDecode {
   DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale;
   DecodeProblem problem;
 
+  /// Makes `device` current and allocates there: the buffers must live on the device the problem names (a test run
+  /// after the NCCL ones, which leave the last rank's device current, would otherwise put them on another GPU).
   void upload(const DecodeCase& c, int device) {
+    cudaSetDevice(device);
     DeviceBuffer::upload(&q, c.q);
     DeviceBuffer::upload(&cache, c.cache);
     DeviceBuffer::upload(&block_table, c.block_table);
