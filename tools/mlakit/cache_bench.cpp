@@ -61,8 +61,8 @@ Status bench_append(const CacheBenchSpec& s, const Registry& registry, const Pre
   MLAKIT_TRY(allocate_buffer(mem, &kv_c, size_t(t * kDims.d_c) * 2, "kv_c"));
   MLAKIT_TRY(allocate_buffer(mem, &k_pe, size_t(t * kDims.d_r) * 2, "k_pe"));
   MLAKIT_TRY(allocate_buffer(mem, &cache, cache_bytes, "kv cache"));
-  MLAKIT_TRY(mem->fill_random_bf16(kv_c.get(), t * kDims.d_c, kSeed + 1));
-  MLAKIT_TRY(mem->fill_random_bf16(k_pe.get(), t * kDims.d_r, kSeed + 2));
+  MLAKIT_TRY(mem->fill_random_bf16(kv_c.get(), t * kDims.d_c, kSeed + 1, Inputs::kUniform));
+  MLAKIT_TRY(mem->fill_random_bf16(k_pe.get(), t * kDims.d_r, kSeed + 2, Inputs::kUniform));
   MLAKIT_TRY(mem->fill_bytes(cache.get(), kCachePattern, cache_bytes));
   MLAKIT_TRY(upload_vector(mem, &slot_buf, slots, "slot_mapping"));
   MLAKIT_TRY(upload_vector(mem, &pos_buf, positions, "positions"));

@@ -44,6 +44,8 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
                      gather: fp16 too; sparse takes one format, its presets' own by default)
   --causal           causal masking for s_q > 1
   --backend NAME     a registered backend (default: automatic selection on the GPU, else the CPU reference)
+  --inputs D         prefill: q, k and v uniform in [-1, 1) (default, as the anchors were timed) | normal (N(0, 1),
+                     as torch.randn fills them: wider scores, so the online softmax's maxima move more often)
   --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
   --json FILE        also write every result as JSON (decode and cp modes)
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
@@ -402,7 +404,7 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> options = decode_options();
-  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave"});
+  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave", "inputs"});
   Args args;
   if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
@@ -412,6 +414,10 @@ int cmd_bench(int argc, char** argv) {
   const std::string mode = args.get("mode", "decode");
   if (mode != "decode" && mode != "sparse" && mode != "prefill" && mode != "append" && mode != "gather" && mode != "cp") {
     std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, prefill, append, gather, cp\n", mode.c_str());
+    return 2;
+  }
+  if (mode != "prefill" && args.has("inputs")) {
+    std::fprintf(stderr, "--inputs: applies to --mode prefill only (the other modes fill uniform [-1, 1) values)\n");
     return 2;
   }
   const Registry registry = make_default_registry();

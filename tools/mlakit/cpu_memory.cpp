@@ -32,9 +32,9 @@ class CpuMemory final : public DeviceMemory {
     std::memset(dst, value, bytes);
     return {};
   }
-  Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) override {
+  Status fill_random_bf16(void* dst, int64_t count, uint64_t seed, Inputs inputs) override {
     auto* out = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(uniform_pm1(seed, uint64_t(i)));
+    for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(random_input(inputs, seed, uint64_t(i)));
     return {};
   }
   Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,

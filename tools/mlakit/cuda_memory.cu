@@ -21,9 +21,9 @@ Status check(cudaError_t err, const char* what) {
   return Status::cuda_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-__global__ void fill_bf16_kernel(uint16_t* out, int64_t count, uint64_t seed) {
+__global__ void fill_bf16_kernel(uint16_t* out, int64_t count, uint64_t seed, Inputs inputs) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = float_to_bf16(uniform_pm1(seed, uint64_t(i)));
+    out[i] = float_to_bf16(random_input(inputs, seed, uint64_t(i)));
   }
 }
 
@@ -75,9 +75,9 @@ class CudaMemory final : public DeviceMemory {
   Status fill_bytes(void* dst, uint8_t value, size_t bytes) override {
     return check(cudaMemsetAsync(dst, value, bytes, stream_), "cudaMemset");
   }
-  Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) override {
+  Status fill_random_bf16(void* dst, int64_t count, uint64_t seed, Inputs inputs) override {
     if (count == 0) return {};
-    fill_bf16_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(static_cast<uint16_t*>(dst), count, seed);
+    fill_bf16_kernel<<<blocks_for(count), kThreads, 0, stream_>>>(static_cast<uint16_t*>(dst), count, seed, inputs);
     return check(cudaGetLastError(), "fill_bf16_kernel");
   }
   Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,

@@ -75,7 +75,7 @@ Status DecodeWorkload::create(const DecodeSpec& spec, DeviceMemory* mem, uint64_
   MLAKIT_TRY(allocate_buffer(mem, &w->lse_, size_t(l.lse_bytes), "lse"));
   MLAKIT_TRY(allocate_buffer(mem, &w->kv_scale_, sizeof(float), "kv_scale"));
 
-  MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), l.q_bytes / 2, seed));
+  MLAKIT_TRY(mem->fill_random_bf16(w->q_.get(), l.q_bytes / 2, seed, Inputs::kUniform));
   MLAKIT_TRY(mem->fill_random_cache(w->cache_.get(), num_pages, p, spec.format, kDims.d_c, kDims.d_r, seed + 1));
   MLAKIT_TRY(mem->fill_bytes(w->out_.get(), kPoisonByte, w->out_.bytes()));
   MLAKIT_TRY(mem->fill_bytes(w->lse_.get(), kPoisonByte, w->lse_.bytes()));

@@ -16,6 +16,7 @@
 #include "mlakit/kv_format.h"
 #include "mlakit/status.h"
 #include "mlakit/types.h"
+#include "random_fill.h"
 
 namespace mlakit::cli {
 
@@ -30,8 +31,8 @@ class DeviceMemory {
   virtual Status upload(void* dst, const void* src, size_t bytes) = 0;
   virtual Status download(void* dst, const void* src, size_t bytes) = 0;
   virtual Status fill_bytes(void* dst, uint8_t value, size_t bytes) = 0;
-  /// bf16 values uniform_pm1(seed, i) for i in [0, count).
-  virtual Status fill_random_bf16(void* dst, int64_t count, uint64_t seed) = 0;
+  /// bf16 values random_input(inputs, seed, i) for i in [0, count): uniform in [-1, 1) or standard normal.
+  virtual Status fill_random_bf16(void* dst, int64_t count, uint64_t seed, Inputs inputs) = 0;
   /// `num_pages` packed pages of `page_size` tokens (bench_page_bytes() apart) of random_page_byte().
   virtual Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,
                                    uint64_t seed) = 0;

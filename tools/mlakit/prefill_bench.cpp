@@ -47,9 +47,9 @@ Status create(const PrefillBenchSpec& spec, DeviceMemory* mem, PrefillWorkload* 
   MLAKIT_TRY(allocate_buffer(mem, &w->cu_k, size_t(b + 1) * 4, "cu_seqlens_k"));
   MLAKIT_TRY(allocate_buffer(mem, &w->out, size_t(t_q * h * spec.d_v) * 2, "out"));
   MLAKIT_TRY(allocate_buffer(mem, &w->lse, size_t(t_q * h) * 4, "lse"));
-  MLAKIT_TRY(mem->fill_random_bf16(w->q.get(), t_q * h * spec.d_qk, kSeed));
-  MLAKIT_TRY(mem->fill_random_bf16(w->k.get(), t_k * h * spec.d_qk, kSeed + 1));
-  MLAKIT_TRY(mem->fill_random_bf16(w->v.get(), t_k * h * spec.d_v, kSeed + 2));
+  MLAKIT_TRY(mem->fill_random_bf16(w->q.get(), t_q * h * spec.d_qk, kSeed, spec.inputs));
+  MLAKIT_TRY(mem->fill_random_bf16(w->k.get(), t_k * h * spec.d_qk, kSeed + 1, spec.inputs));
+  MLAKIT_TRY(mem->fill_random_bf16(w->v.get(), t_k * h * spec.d_v, kSeed + 2, spec.inputs));
   MLAKIT_TRY(mem->upload(w->cu_q.get(), w->cu_q_host.data(), w->cu_q.bytes()));
   MLAKIT_TRY(mem->upload(w->cu_k.get(), w->cu_k_host.data(), w->cu_k.bytes()));
   MLAKIT_TRY(mem->fill_bytes(w->out.get(), kPoisonByte, w->out.bytes()));
@@ -138,7 +138,7 @@ std::string PrefillBenchSpec::describe() const {
     i = j;
   }
   return s + " h=" + std::to_string(h_q) + " d=" + std::to_string(d_qk) + "/" + std::to_string(d_v) +
-         (causal ? " causal" : "");
+         (causal ? " causal" : "") + (inputs == Inputs::kNormal ? " N(0,1)" : "");
 }
 
 double PrefillBenchSpec::flops() const {
@@ -190,7 +190,12 @@ Status apply_prefill_overrides(const Args& args, bool on_cpu, std::vector<Prefil
     s.cudnn_ms = 0;  // not an anchor's shape
     *specs = {s};
   }
+  const std::string inputs = args.get("inputs", "uniform");
+  if (inputs != "uniform" && inputs != "normal") {
+    return Status::invalid("--inputs=" + inputs + ": must be uniform or normal");
+  }
   for (PrefillBenchSpec& s : *specs) {
+    s.inputs = inputs == "normal" ? Inputs::kNormal : Inputs::kUniform;
     if (on_cpu) {
       s.h_q = std::min(s.h_q, kCpuHeads);
       if (!explicit_shape) {  // the preset's lengths shrunk; lengths asked for are kept

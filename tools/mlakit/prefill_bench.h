@@ -11,6 +11,7 @@
 #include "args.h"
 #include "decode_workload.h"
 #include "device_memory.h"
+#include "random_fill.h"
 #include "mlakit/registry.h"
 
 namespace mlakit::cli {
@@ -23,6 +24,7 @@ struct PrefillBenchSpec {
   bool causal = true;
   float softmax_scale = 0.13523378f;
   double cudnn_ms = 0;  // torch SDPA (cuDNN) on the H100 for this shape (issue 10's table), 0 if none
+  Inputs inputs = Inputs::kUniform;  // q, k and v: uniform in [-1, 1) or standard normal (--inputs)
 
   std::string describe() const;  // "4 x (4096 q, 4096 k) h=128 d=192/128 causal"
   /// 2 * h * (d_qk + d_v) * the attended (query, key) pairs (issue 10's model; causal counts only visible keys).

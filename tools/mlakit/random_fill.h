@@ -2,8 +2,9 @@
 // Deterministic random contents for benchmark inputs, computed per element from (seed, index) so the
 // CPU and a CUDA fill kernel produce the same bytes without a shared generator state.
 // Values are uniform in [-1, 1], as in the anchor measurements of docs/performance.md (never zeros: they can
-// run faster).
+// run faster), or, for the prefill bench's `--inputs normal`, standard normal, as torch.randn fills them.
 
+#include <cmath>
 #include <cstdint>
 
 #include "mlakit/kv_format.h"
@@ -23,6 +24,21 @@ MLAKIT_HOST_DEVICE uint64_t mix64(uint64_t x) {
 MLAKIT_HOST_DEVICE float uniform_pm1(uint64_t seed, uint64_t index) {
   const uint64_t r = mix64(seed * 0x100000001b3ull + index);
   return float(r >> 40) * (2.0f / 16777216.0f) - 1.0f;  // 24 random bits
+}
+
+/// The distribution of bf16 benchmark inputs (DeviceMemory::fill_random_bf16).
+enum class Inputs { kUniform, kNormal };
+
+/// Standard normal (Box-Muller over two of uniform_pm1's draws, mapped into (0, 1]).
+MLAKIT_HOST_DEVICE float normal01(uint64_t seed, uint64_t index) {
+  const float u1 = 0.5f * (1.0f - uniform_pm1(seed, 2 * index));  // (0, 1]: the log stays finite
+  const float u2 = 0.5f * (1.0f + uniform_pm1(seed, 2 * index + 1));
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+/// Element `index` of a bf16 input of distribution `inputs`.
+MLAKIT_HOST_DEVICE float random_input(Inputs inputs, uint64_t seed, uint64_t index) {
+  return inputs == Inputs::kNormal ? normal01(seed, index) : uniform_pm1(seed, index);
 }
 
 /// Scale used for fp8_e4m3 benchmark caches: values in [-1, 1] use most of e4m3's range.

@@ -104,7 +104,7 @@ Status create(const SparseBenchSpec& spec, DeviceMemory* mem, SparseWorkload* w)
     MLAKIT_TRY(create_set(spec, spec.extra_topk, spec.extra_ctx, spec.extra_page_size, "extra kv cache", kSeed + 3,
                           mem, &w->extra));
   }
-  MLAKIT_TRY(mem->fill_random_bf16(w->q.get(), q_elems, kSeed));
+  MLAKIT_TRY(mem->fill_random_bf16(w->q.get(), q_elems, kSeed, Inputs::kUniform));
   MLAKIT_TRY(mem->fill_bytes(w->out.get(), kPoisonByte, w->out.bytes()));
   MLAKIT_TRY(mem->fill_bytes(w->lse.get(), kPoisonByte, w->lse.bytes()));
   const float scale = kBenchKvScale;
