@@ -166,6 +166,28 @@ def test_metadata_plans_once_per_step_and_replans_on_change():
     assert meta.backend == "reference"
 
 
+def test_metadata_reused_after_reallocation_plans_for_the_new_arrays():
+    """Issue 11's "graph-captured metadata reused after reallocation": a step's metadata object used again after the
+    caller freed its block table and lengths and allocated new ones (same shapes and dtypes, other contents) must
+    schedule the new arrays, never the plan made for the freed ones."""
+    require_testdata()
+    dense = [p.values for p in flashmla_cases() if p.values[0]["op"] == "dense_decode"]
+    case, folder = dense[0]
+    d = load_case(folder)
+    kwargs = {"softmax_scale": case["softmax_scale"], "causal": case["causal"]}
+    meta, _ = get_mla_metadata(d["seq_lens"], case["s_q"] * case["h_q"], 1)
+    table, lens = d["block_table"].copy(), d["seq_lens"].copy()
+    first, _ = flash_mla_with_kvcache(d["q"], d["kv_cache"], table, lens, D_C, meta, None, **kwargs)
+    del table, lens  # freed: a new array may take their memory and their Python ids
+    table = d["block_table"].copy()
+    lens = (d["seq_lens"] // 2).astype(d["seq_lens"].dtype)
+    assert not np.array_equal(lens, d["seq_lens"]), "the case needs lengths that halving changes"
+    again, _ = flash_mla_with_kvcache(d["q"], d["kv_cache"], table, lens, D_C, meta, None, **kwargs)
+    fresh, _ = flash_mla_with_kvcache(d["q"], d["kv_cache"], table, lens, D_C, None, None, **kwargs)
+    np.testing.assert_array_equal(again.view(np.uint16), fresh.view(np.uint16))
+    assert not np.array_equal(again.view(np.uint16), first.view(np.uint16)), "the new lengths must change the output"
+
+
 def test_unservable_arguments_raise_clearly():
     require_testdata()
     case, folder = [p.values for p in flashmla_cases() if p.values[0]["op"] == "sparse_decode"][0]
