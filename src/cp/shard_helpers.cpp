@@ -9,6 +9,7 @@
 #include "mlakit/registry.h"
 #if MLAKIT_WITH_CUDA
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/cp/shard.h"
 #endif
 
@@ -64,6 +65,8 @@ Status shard_seq_lens(const ShardSeqLensProblem& p, Stream stream) {
     return {};
   }
 #if MLAKIT_WITH_CUDA
+  cuda::DeviceGuard guard;  // launched on the tensors' device, whichever is current
+  MLAKIT_TRY(guard.set(p.seq_lens.device));
   MLAKIT_CUDA_TRY(cuda::cp::launch_shard_lengths(p.seq_lens.ptr<const int32_t>(), p.seq_lens.stride[0], b, p.shard,
                                                  p.local_seq_lens.ptr<int32_t>(), p.local_seq_lens.stride[0], 0,
                                                  nullptr, 0, static_cast<cudaStream_t>(stream)));
@@ -89,6 +92,8 @@ Status shard_slot_mapping(const ShardSlotMappingProblem& p, Stream stream) {
     return {};
   }
 #if MLAKIT_WITH_CUDA
+  cuda::DeviceGuard guard;  // launched on the tensors' device, whichever is current
+  MLAKIT_TRY(guard.set(p.positions.device));
   cuda::cp::SlotMappingArgs a{};
   a.positions = p.positions.ptr<const int64_t>();
   a.positions_stride = p.positions.stride[0];
