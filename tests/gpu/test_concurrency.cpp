@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/decode_case.h"
+#include "device_case.h"
 #include "test_cache_util.h"
 
 namespace mlakit::test {
@@ -63,12 +64,12 @@ Status run_on(const Backend& be, Problem p, cudaStream_t stream, CallBuffers<Pro
 }
 
 /// A dense decode and a sparse decode call on device 0, their inputs uploaded once, and the backends selection chose.
+/// The problems' outputs are the uploaded cases' own; every call replaces them with its own (run_on, call_into).
 struct TwoCalls {
   DecodeCase dense;
   SparseCase sparse;
-  DeviceBuffer dq, dcache, dtable, dlens, sq, scache, sidx, slen;
-  // Outputs of the problems as selected; every call replaces them with its own (run_on).
-  DeviceBuffer dout, dlse, sout, slse;
+  DeviceDecodeCase dense_dev;
+  DeviceSparseCase sparse_dev;
   DecodeProblem dp;
   SparseDecodeProblem sp;
   const Backend* dense_backend = nullptr;
@@ -94,34 +95,10 @@ struct TwoCalls {
     sc.topk_length = {512, 0, 77, 300};
     sc.seed = 12;
     sparse = SparseCase::generate(sc);
-    dout.allocate(dense.out.size() * 2);
-    dlse.allocate(dense.lse.size() * 4);
-    sout.allocate(sparse.out.size() * 2);
-    slse.allocate(sparse.lse.size() * 4);
-    DeviceBuffer::upload(&dq, dense.q);
-    DeviceBuffer::upload(&dcache, dense.cache);
-    DeviceBuffer::upload(&dtable, dense.block_table);
-    DeviceBuffer::upload(&dlens, dense.seq_lens);
-    DeviceBuffer::upload(&sq, sparse.q);
-    DeviceBuffer::upload(&scache, sparse.cache);
-    DeviceBuffer::upload(&sidx, sparse.indices);
-    DeviceBuffer::upload(&slen, sparse.topk_length);
-    DecodeBuffers da;
-    da.q = dq.get();
-    da.cache = dcache.get();
-    da.block_table = dtable.get();
-    da.seq_lens = dlens.get();
-    da.out = dout.get();
-    da.lse = dlse.get();
-    dp = dense.problem(da, Device::cuda(0));
-    SparseBuffers sa;
-    sa.q = sq.get();
-    sa.cache = scache.get();
-    sa.indices = sidx.get();
-    sa.topk_length = slen.get();
-    sa.out = sout.get();
-    sa.lse = slse.get();
-    sp = sparse.problem(sa, Device::cuda(0));
+    dense_dev.upload(dense, /*scale_on_device=*/false);
+    sparse_dev.upload(sparse, /*scale_on_device=*/false);
+    dp = dense_dev.problem;
+    sp = sparse_dev.problem;
     const Selection dsel = registry.select(dp), ssel = registry.select(sp);
     dense_backend = dsel.backend;
     sparse_backend = ssel.backend;

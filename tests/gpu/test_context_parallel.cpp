@@ -24,6 +24,7 @@
 #include "common/shard_merge.h"
 #include "mlakit/context_parallel.h"
 #include "mlakit/registry.h"
+#include "device_case.h"
 #include "test_cache_util.h"
 
 #if MLAKIT_TEST_NCCL
@@ -34,43 +35,6 @@ namespace mlakit::test {
 namespace {
 
 constexpr uint8_t kPoison = 0xFF;
-
-/// A decode case's buffers on one device, outputs poisoned (as the case holds them).
-struct DeviceDecode {
-  DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale;
-  DecodeProblem problem;
-
-  /// Makes `device` current and allocates there: the buffers must live on the device the problem names (a test run
-  /// after the NCCL ones, which leave the last rank's device current, would otherwise put them on another GPU).
-  void upload(const DecodeCase& c, int device) {
-    cudaSetDevice(device);
-    DeviceBuffer::upload(&q, c.q);
-    DeviceBuffer::upload(&cache, c.cache);
-    DeviceBuffer::upload(&block_table, c.block_table);
-    DeviceBuffer::upload(&seq_lens, c.seq_lens);
-    DeviceBuffer::upload(&out, c.out);
-    DeviceBuffer::upload(&lse, c.lse);
-    DeviceBuffer::upload(&scale, std::vector<float>{c.config.kv_scale});
-    DecodeBuffers at;
-    at.q = q.get();
-    at.cache = cache.get();
-    at.block_table = block_table.get();
-    at.seq_lens = seq_lens.get();
-    at.out = out.get();
-    at.lse = lse.get();
-    at.kv_scale = scale.as<float>();
-    problem = c.problem(at, Device::cuda(device));
-  }
-  /// New contents of the same sizes (a case built with the same lengths), outputs poisoned again.
-  void refill(const DecodeCase& c) {
-    q.copy_from(c.q);
-    cache.copy_from(c.cache);
-    block_table.copy_from(c.block_table);
-    seq_lens.copy_from(c.seq_lens);
-    out.copy_from(c.out);
-    lse.copy_from(c.lse);
-  }
-};
 
 DType q_dtype_for(KvFormat f, uint64_t seed) {
   if (f == KvFormat::kBF16) return DType::kBF16;
@@ -155,8 +119,8 @@ TEST_P(ShardedDecode, RanksMergeToTheUnshardedDecode) {
         for (int32_t rank = 0; rank < world && !declined; ++rank) {
           const ContextShard shard{world, rank, interleave};
           DecodeCase part = shard_case(whole, shard, cfg.seed * 7 + uint64_t(rank));
-          DeviceDecode d;
-          d.upload(part, 0);
+          DeviceDecodeCase d;
+          d.upload(part, true, 0);
           const Status sup = be->supports(d.problem);
           // The documented fp8 row rule of the Hopper path (test_decode's DecodeSelection): a declined shape.
           if (sup.code() == StatusCode::kNotSupported && sup.message().find("query rows") != std::string::npos) {
@@ -295,7 +259,7 @@ int visible_gpus() {
 struct Rank {
   int rank = 0;
   DecodeCase part;
-  DeviceDecode d;
+  DeviceDecodeCase d;
   DeviceBuffer ws;
   cudaStream_t stream = nullptr;
   std::string error;  // the first failure of this rank's thread
@@ -355,7 +319,7 @@ TEST_P(ContextParallelNccl, EveryRankEndsWithTheUnshardedResult) {
         CACHE_TEST_CUDA(cudaSetDevice(r));
         ranks[size_t(r)].rank = r;
         ranks[size_t(r)].part = shard_case(whole, {n, r, interleave}, cfg.seed * 5 + uint64_t(r));
-        ranks[size_t(r)].d.upload(ranks[size_t(r)].part, r);
+        ranks[size_t(r)].d.upload(ranks[size_t(r)].part, true, r);
         const Selection sel = registry.select(ranks[size_t(r)].d.problem);
         ASSERT_TRUE(sel.status.ok()) << sel.status.to_string();
         decode[size_t(r)] = sel.backend;
@@ -424,7 +388,7 @@ TEST_F(ContextParallelNcclGraph, CapturedStepReplaysOnNewInputs) {
     Rank& rk = ranks[size_t(r)];
     rk.rank = r;
     rk.part = shard_case(first, {n, r, 1}, 17 + uint64_t(r));
-    rk.d.upload(rk.part, r);
+    rk.d.upload(rk.part, true, r);
     const Selection sel = registry.select(rk.d.problem);
     ASSERT_TRUE(sel.status.ok()) << sel.status.to_string();
     decode[size_t(r)] = sel.backend;

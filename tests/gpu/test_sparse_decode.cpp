@@ -21,6 +21,7 @@
 #include "hopper_fp8_rule.h"
 #include "common/npy.h"
 #include "reference/ops.h"
+#include "device_case.h"
 #include "test_cache_util.h"
 
 namespace mlakit::test {
@@ -41,33 +42,6 @@ const std::vector<std::string> kSparseBackends = {"cuda", "cuda_sm90"};
   const Backend* be = cuda_backend(&why_not_, name);      \
   if (be == nullptr) GTEST_SKIP() << why_not_;
 
-/// A sparse case's buffers on the device, outputs and workspace poisoned.
-struct DeviceSparse {
-  DeviceBuffer q, cache, indices, topk_length, attn_sink, out, lse, scale, ws;
-  SparseDecodeProblem problem;
-
-  void upload(const SparseCase& c, bool scale_on_device) {
-    DeviceBuffer::upload(&q, c.q);
-    DeviceBuffer::upload(&cache, c.cache);
-    DeviceBuffer::upload(&indices, c.indices);
-    DeviceBuffer::upload(&topk_length, c.topk_length);
-    DeviceBuffer::upload(&attn_sink, c.attn_sink);
-    DeviceBuffer::upload(&out, c.out);
-    DeviceBuffer::upload(&lse, c.lse);
-    DeviceBuffer::upload(&scale, std::vector<float>{c.config.kv_scale});
-    SparseBuffers at;
-    at.q = q.get();
-    at.cache = cache.get();
-    at.indices = indices.get();
-    at.topk_length = topk_length.get();
-    at.attn_sink = attn_sink.get();
-    at.out = out.get();
-    at.lse = lse.get();
-    at.kv_scale = scale_on_device ? scale.as<float>() : nullptr;
-    problem = c.problem(at, Device::cuda(0));
-  }
-};
-
 std::string describe(const SparseCase& c) {
   const SparseCaseConfig& g = c.config;
   return "b=" + std::to_string(g.batch) + " s_q=" + std::to_string(g.s_q) + " h_q=" + std::to_string(g.h_q) +
@@ -81,7 +55,7 @@ std::string describe(const SparseCase& c) {
 template <class Edit>
 void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device, Edit&& edit) {
   SCOPED_TRACE(describe(c));
-  DeviceSparse d;
+  DeviceSparseCase d;
   d.upload(c, scale_on_device);
   edit(d);
   const Status sup = be.supports(d.problem);
@@ -109,7 +83,7 @@ void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device, Edit&
 }
 
 void run_and_check(SparseCase& c, const Backend& be, bool scale_on_device) {
-  run_and_check(c, be, scale_on_device, [](DeviceSparse&) {});
+  run_and_check(c, be, scale_on_device, [](DeviceSparseCase&) {});
 }
 
 /// The formats the edge tests run: DeepSeek's fp8_ds_mla and bf16 (the matrix covers all four).
@@ -262,7 +236,7 @@ TEST_P(SparseEdges, IdsPastTheCacheAreNoKey) {
     c.indices[k] = -1;
     ++replaced;
   }
-  run_and_check(c, *be, true, [&](DeviceSparse& d) { d.indices.copy_from(device_ids); });
+  run_and_check(c, *be, true, [&](DeviceSparseCase& d) { d.indices.copy_from(device_ids); });
 }
 
 // out with padded rows, 16-byte aligned: each head's row 8 elements past d_v, tokens and requests 8 and 16 elements
@@ -285,7 +259,7 @@ TEST_P(SparseEdges, PaddedOutRows) {
       const int64_t d_v = cfg.dims.d_v();
       const int64_t sh = d_v + 8, ss = cfg.h_q * sh + 8, sb = cfg.s_q * ss + 16;  // strides in elements
       const size_t padded_elems = size_t(cfg.batch * sb);
-      DeviceSparse d;
+      DeviceSparseCase d;
       d.upload(c, true);
       DeviceBuffer padded;
       DeviceBuffer::upload(&padded, std::vector<uint16_t>(padded_elems, kPoison16));
@@ -432,7 +406,7 @@ TEST_P(SparseEdges, PaddedPageStride) {
     std::copy_n(c.cache.begin() + pg * page_bytes, page_bytes, padded.begin() + pg * (page_bytes + pad));
   DeviceBuffer padded_dev;
   DeviceBuffer::upload(&padded_dev, padded);
-  run_and_check(c, *be, true, [&](DeviceSparse& d) {
+  run_and_check(c, *be, true, [&](DeviceSparseCase& d) {
     d.problem.kv.pages.data = padded_dev.get();
     d.problem.kv.pages.stride[0] = page_bytes + pad;
   });
@@ -458,7 +432,7 @@ TEST_P(SparseGraph, ReplayWithNewInputs) {
     return SparseCase::generate(cfg);
   };
   SparseCase first = make(400);
-  DeviceSparse d;
+  DeviceSparseCase d;
   d.upload(first, true);
   const size_t ws_bytes = be->workspace_bytes(d.problem);
   d.ws.allocate(ws_bytes);
@@ -500,7 +474,7 @@ TEST_P(SparseSupports, RefusesWhatItDoesNotImplement) {
   SparseCaseConfig cfg;
   cfg.seed = 37;
   SparseCase c = SparseCase::generate(cfg);
-  DeviceSparse d;
+  DeviceSparseCase d;
   d.upload(c, true);
   SparseDecodeProblem p = d.problem;
   p.indices.device = Device::cpu();
@@ -524,7 +498,7 @@ TEST_P(SparseSupports, RefusesOutRowsNot16ByteAligned) {
     cfg.seed = 39;
     if (v4) cfg.dims = MlaDims::deepseek_v4();
     SparseCase c = SparseCase::generate(cfg);
-    DeviceSparse d;
+    DeviceSparseCase d;
     d.upload(c, true);
     SCOPED_TRACE(describe(c));
     ASSERT_TRUE(be->supports(d.problem).ok()) << be->supports(d.problem).message();
@@ -562,7 +536,7 @@ TEST(SparseSelection, HopperPathChosenWhereItRuns) {
       cfg.q_dtype = format == KvFormat::kFP16 ? DType::kFP16 : DType::kBF16;
       cfg.seed = 38;
       SparseCase c = SparseCase::generate(cfg);
-      DeviceSparse d;
+      DeviceSparseCase d;
       d.upload(c, true);
       const bool fp8 = format == KvFormat::kFP8E4M3 || format == KvFormat::kFP8DsMla;
       expect_hopper_selection(registry.select(d.problem), fp8 && h_q <= 16,
