@@ -106,17 +106,19 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ] && [ ${#python_opts[@]} -gt 0 ]; then  
 fi
 
 # compute-sanitizer on a subset of each GPU test program: for each CUDA decode path one case per format and
-# row-group count, the graph test and the all-empty batch; for each prefill path ragged batches of both compiled head
-# sizes, causal and not, and the stride cases (not the 64K-token request); every other test program whole (they are
+# row-group count, the graph test and the all-empty batch; for each prefill path ragged batches of every compiled head
+# size, causal and not, and the stride cases (not the 64K-token request); every other test program whole (they are
 # small).
 P=Cuda/DecodeMatrix.MatchesReference
 S=Cuda/SparseMatrix.MatchesReference
 X=Cuda/SparseExtra.MatchesReference
 C=ContextParallel/ShardedDecode.RanksMergeToTheUnshardedDecode  # /0 cuda bf16 h16, /8 cuda e4m3 h128, /14 sm90 bf16 h128, /22 sm90 ds_mla h63
-R=Ragged/CudaPrefill.RaggedBatchMatchesReference  # /0 - /3 cuda bf16 192/128 and 128/128; /24 - /33 the same on cuda_sm90
+# Ragged cases (bf16, h 1 unless named): cuda /0 192/128, /1 128/128, /2 64/64, /3 192/128 h 3, /6 192/128 causal,
+# /7 128/128 causal; cuda_sm90 /24 192/128, /25 128/128, /27 192/128 h 3, /30 192/128 causal.
+R=Ragged/CudaPrefill.RaggedBatchMatchesReference
 L=Paths/CudaPrefillLong
 declare -A SAN_FILTER=(
-  [gpu_test_prefill]="$R/0:$R/1:$R/3:$R/6:$R/24:$R/25:$R/27:$R/30:$L.ManyShortRequestsNonCausal/*:$L.OneHeadWithAnOddOutHeadStride/*:$L.StridesOfOneElementDimensionsAreNotUsed/*:CudaPrefillSupports.*"
+  [gpu_test_prefill]="$R/0:$R/1:$R/2:$R/3:$R/6:$R/7:$R/24:$R/25:$R/27:$R/30:$L.ManyShortRequestsNonCausal/*:$L.OneHeadWithAnOddOutHeadStride/*:$L.StridesOfOneElementDimensionsAreNotUsed/*:CudaPrefillSupports.*"
   [gpu_test_context_parallel]="$C/0:$C/8:$C/14:$C/22:ShardHelpers.*"
   [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
   [gpu_test_sparse_extra]="$X/cuda_fp8_ds_v4_h3:$X/cuda_fp8_e4m3_h64:$X/cuda_fp8_ds_mla_h16:$X/cuda_sm90_fp8_ds_v4_h64:$X/cuda_sm90_bf16_h17:$X/cuda_sm90_fp8_ds_mla_h63:SparseExtraSelection.*"

@@ -95,7 +95,7 @@ class BackendInfo:
 
     @property
     def available(self) -> bool:
-        """whether it can run on this machine"""
+        """whether it can run on this machine (for a CUDA backend: on the current device)"""
 
     @property
     def unavailable_reason(self) -> str:

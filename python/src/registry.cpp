@@ -68,7 +68,7 @@ void bind_registry(nb::module_& m) {
       .def_ro("device", &BackendInfo::device, "'cpu' or 'cuda': the device whose arrays it takes")
       .def_ro("priority", &BackendInfo::priority, "automatic selection prefers higher values")
       .def_ro("features", &BackendInfo::features, "(op, detail) pairs: what it implements")
-      .def_ro("available", &BackendInfo::available, "whether it can run on this machine")
+      .def_ro("available", &BackendInfo::available, "whether it can run on this machine (for a CUDA backend: on the current device)")
       .def_ro("unavailable_reason", &BackendInfo::unavailable_reason, "why not, when available is False")
       .def("__repr__", [](const BackendInfo& b) {
         return "BackendInfo(name='" + b.name + "', device='" + b.device + "', available=" +

@@ -36,6 +36,15 @@ inline bool path_lacks(const std::string& backend, const Geometry& g) {
   return backend == "cuda_sm90" && g.d_vh != 128;
 }
 
+/// Whether `st` is a refusal by one of the CUDA prefill paths' documented rules: a (d_qk, d_v) the path is not built
+/// for, or (the portable path on devices with 99 KB of shared memory per block) one whose kernel does not fit there.
+inline bool refused_by_rule(const Status& st) {
+  const std::string& m = st.message();
+  const auto has = [&](const char* text) { return m.find(text) != std::string::npos; };
+  return st.code() == StatusCode::kNotSupported && has("(d_qk, d_v)=") &&
+         (has("is compiled for") || has("bytes of shared memory per block"));
+}
+
 /// Runs case `c` on CUDA backend `be` (device 0): k and v NaN-poisoned past the last key, out and lse poisoned before
 /// the call. Returns the call's status (a refusal runs nothing); on success *out and *lse hold what the device wrote,
 /// as floats.

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -24,6 +23,7 @@
 
 #include "common/compare.h"
 #include "common/decode_case.h"
+#include "device_case.h"
 #include "hopper_fp8_rule.h"
 #include "prefill_gpu.h"
 #include "reference/ops.h"
@@ -43,17 +43,6 @@ uint64_t env_or(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
 }
-
-/// Device copies of host vectors, freed together.
-struct Staging {
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-  template <class T>
-  void* put(const std::vector<T>& host) {
-    buffers.push_back(std::make_unique<DeviceBuffer>());
-    DeviceBuffer::upload(buffers.back().get(), host);
-    return buffers.back()->get();
-  }
-};
 
 KvFormat pick_format(std::mt19937_64& rng) {
   constexpr KvFormat kFormats[] = {KvFormat::kBF16, KvFormat::kFP16, KvFormat::kFP8E4M3, KvFormat::kFP8DsMla};
@@ -150,17 +139,9 @@ bool fuzz_dense(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   SCOPED_TRACE(describe_dense(cfg, scale_on_device));
 
   DecodeCase c = DecodeCase::generate(cfg);
-  Staging dev;
-  DecodeBuffers at;
-  at.q = dev.put(c.q);
-  at.cache = dev.put(c.cache);
-  at.block_table = dev.put(c.block_table);
-  at.seq_lens = dev.put(c.seq_lens);
-  at.out = dev.put(c.out);
-  at.lse = dev.put(c.lse);
-  at.kv_scale = scale_on_device ? static_cast<const float*>(dev.put(std::vector<float>{cfg.kv_scale})) : nullptr;
-  return run_and_compare(be, c.problem(at, Device::cuda(0)), c, at.out, at.lse,
-                         [&] { return reference::decode(c.problem()); });
+  DeviceDecodeCase d;
+  d.upload(c, scale_on_device);
+  return run_and_compare(be, d.problem, c, d.out.get(), d.lse.get(), [&] { return reference::decode(c.problem()); });
 }
 
 /// Runs and compares one sparse case; returns false when the backend refused it by its documented rule.
@@ -188,17 +169,9 @@ bool fuzz_sparse(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   SCOPED_TRACE(describe_sparse(cfg));
 
   SparseCase c = SparseCase::generate(cfg);
-  Staging dev;
-  SparseBuffers at;
-  at.q = dev.put(c.q);
-  at.cache = dev.put(c.cache);
-  at.indices = dev.put(c.indices);
-  at.topk_length = dev.put(c.topk_length);
-  at.attn_sink = dev.put(c.attn_sink);
-  at.out = dev.put(c.out);
-  at.lse = dev.put(c.lse);
-  at.kv_scale = nullptr;
-  return run_and_compare(be, c.problem(at, Device::cuda(0)), c, at.out, at.lse,
+  DeviceSparseCase d;
+  d.upload(c, /*scale_on_device=*/false);
+  return run_and_compare(be, d.problem, c, d.out.get(), d.lse.get(),
                          [&] { return reference::sparse_decode(c.problem()); });
 }
 
@@ -206,7 +179,8 @@ bool fuzz_sparse(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
 /// and refused it by name.
 bool fuzz_prefill(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   PrefillCaseConfig cfg;
-  cfg.geometry = rng() % 2 ? kPrefillGeometries[0] : kPrefillGeometries[rng() % 3];  // DeepSeek's 192/128 half the time
+  // DeepSeek's 192/128 two times in three, the other compiled pairs once in six each.
+  cfg.geometry = rng() % 2 ? kPrefillGeometries[0] : kPrefillGeometries[rng() % 3];
   cfg.dtype = rng() % 2 ? DType::kBF16 : DType::kFP16;
   cfg.causal = rng() % 2 == 0;
   cfg.h_q = pick_heads(rng);
@@ -237,9 +211,10 @@ bool fuzz_prefill(std::mt19937_64& rng, const Backend& be, uint64_t seed) {
   std::vector<float> out, lse;
   const Status st = run_prefill_on_gpu(be, c, &out, &lse);
   if (path_lacks(be.name(), cfg.geometry)) {
-    EXPECT_NE(st.message().find("(d_qk, d_v)="), std::string::npos) << st.to_string();
+    EXPECT_TRUE(refused_by_rule(st)) << st.to_string();
     return false;
   }
+  if (refused_by_rule(st)) return false;  // the portable kernel at 192 / 128 on a 99 KB device
   EXPECT_TRUE(st.ok()) << st.to_string();
   if (st.ok()) expect_prefill_matches_reference(c, out, lse);
   return true;
@@ -264,7 +239,9 @@ TEST(DifferentialFuzz, EveryCudaPathMatchesTheReference) {
     SCOPED_TRACE("MLAKIT_FUZZ_SEED=" + std::to_string(seed) + " MLAKIT_FUZZ_CASES=1 on " + be.name());
     const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
     const int parts_before = result->total_part_count();  // failed assertions add parts
-    const bool served = op < 5 ? fuzz_dense(rng, be, seed) : op < 8 ? fuzz_sparse(rng, be, seed) : fuzz_prefill(rng, be, seed);
+    const bool served = op < 5   ? fuzz_dense(rng, be, seed)
+                        : op < 8 ? fuzz_sparse(rng, be, seed)
+                                 : fuzz_prefill(rng, be, seed);
     const std::string key = be.name() + (op < 5 ? " dense" : op < 8 ? " sparse" : " prefill");
     ++(served ? ran : refused)[key];
     if (result->total_part_count() > parts_before) ++failed;  // stop after 5 failing cases

@@ -178,7 +178,7 @@ def test_metadata_reused_after_reallocation_plans_for_the_new_arrays():
     meta, _ = get_mla_metadata(d["seq_lens"], case["s_q"] * case["h_q"], 1)
     table, lens = d["block_table"].copy(), d["seq_lens"].copy()
     first, _ = flash_mla_with_kvcache(d["q"], d["kv_cache"], table, lens, D_C, meta, None, **kwargs)
-    del table, lens  # freed: a new array may take their memory and their Python ids
+    del table, lens  # the caller lets them go (the step's plan still holds them, so their ids stay taken)
     table = d["block_table"].copy()
     lens = (d["seq_lens"] // 2).astype(d["seq_lens"].dtype)
     assert not np.array_equal(lens, d["seq_lens"]), "the case needs lengths that halving changes"

@@ -404,7 +404,8 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
 
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> options = decode_options();
-  options.insert({"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave", "inputs"});
+  options.insert(
+      {"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave", "inputs"});
   Args args;
   if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());

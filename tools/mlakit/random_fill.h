@@ -1,7 +1,8 @@
 #pragma once
 // Deterministic random contents for benchmark inputs, computed per element from (seed, index) so the
-// CPU and a CUDA fill kernel produce the same bytes without a shared generator state.
-// Values are uniform in [-1, 1], as in the anchor measurements of docs/performance.md (never zeros: they can
+// CPU and a CUDA fill kernel produce the same values without a shared generator state (the same bytes for the uniform
+// values; the normal ones go through logf and cosf, whose host and device results may differ in the last bit).
+// Values are uniform in [-1, 1), as in the anchor measurements of docs/performance.md (never zeros: they can
 // run faster), or, for the prefill bench's `--inputs normal`, standard normal, as torch.randn fills them.
 
 #include <cmath>

@@ -30,8 +30,9 @@ int kernel_dqk(const MlaDims& dims);
 /// Plan requests of sparse decode: every query token (b, i) is one, b x s_q.
 int64_t sparse_requests(const SparseDecodeProblem& p);
 
-/// Facts of a device that cannot change while the process lives, looked up once per (host thread, device): plan and run are called for every layer of every step, and the queries (device
-/// attributes, function attributes, occupancy) cost the host several microseconds each.
+/// Facts of a device that cannot change while the process lives, looked up once per (host thread, device): plan and
+/// run are called for every layer of every step, and the queries (device attributes, function attributes, occupancy)
+/// cost the host several microseconds each.
 struct DeviceFacts {
   bool valid = false;
   DeviceInfo info;
