@@ -3,7 +3,7 @@
 //    causal, h_q 16, 63 and 128, world 2 and 3, interleave 1 and 64, lengths 0 and below the world size); the
 //    partials merged by section 6 equal the unsharded CPU reference within section 10's tolerance, and a rank
 //    that owns no visible token of a row gives lse = -inf. One GPU is enough.
-//  - ShardHelpers: the helpers' kernels against their host loops.
+//  - ShardHelpers: the helpers' kernels against their host loops, on the last GPU while GPU 0 is current.
 //  - ContextParallelNccl (builds with NCCL): ContextParallelDecode over every visible GPU, one thread per rank,
 //    on a communicator of ncclCommInitAll; every rank (root -1) or the root alone ends with the unsharded result,
 //    and a graph-captured step replays on new inputs. The test is written for any world size.
@@ -166,9 +166,15 @@ INSTANTIATE_TEST_SUITE_P(ContextParallel, ShardedDecode,
 
 // ---------------------------------------------------------------- the helpers' kernels
 
+// The tensors live on the last GPU while GPU 0 is current (on a machine of one GPU both are 0): the helpers launch on
+// their tensors' device and give the caller's current device back.
 TEST(ShardHelpers, KernelsMatchTheHostLoops) {
   std::string why;
   if (cuda_backend(&why) == nullptr) GTEST_SKIP() << why;
+  int devices = 0;
+  CACHE_TEST_CUDA(cudaGetDeviceCount(&devices));
+  const int dev = devices - 1;
+  CACHE_TEST_CUDA(cudaSetDevice(dev));
   std::mt19937_64 rng(99);
   const int64_t b = 37, P = 16, columns = 40;
   std::vector<int32_t> lens(static_cast<size_t>(b)), qsl(static_cast<size_t>(b + 1), 0), table(static_cast<size_t>(b * columns));
@@ -189,14 +195,15 @@ TEST(ShardHelpers, KernelsMatchTheHostLoops) {
   DeviceBuffer::upload(&d_table, table);
   DeviceBuffer::upload(&d_pos, positions);
   DeviceBuffer::upload(&d_slots, std::vector<int64_t>(size_t(tokens), 99));
+  CACHE_TEST_CUDA(cudaSetDevice(0));
   for (const ContextShard s : {ContextShard{2, 0, 1}, ContextShard{2, 1, 1}, ContextShard{3, 2, 64},
                                ContextShard{4, 1, 8}, ContextShard{1, 0, 1}}) {
     SCOPED_TRACE("world=" + std::to_string(s.world) + " rank=" + std::to_string(s.rank) +
                  " interleave=" + std::to_string(s.interleave));
     ShardSeqLensProblem lp;
     lp.shard = s;
-    lp.seq_lens = TensorView::contiguous(d_lens.get(), DType::kInt32, {b}, Device::cuda(0));
-    lp.local_seq_lens = TensorView::contiguous(d_local.get(), DType::kInt32, {b}, Device::cuda(0));
+    lp.seq_lens = TensorView::contiguous(d_lens.get(), DType::kInt32, {b}, Device::cuda(dev));
+    lp.local_seq_lens = TensorView::contiguous(d_local.get(), DType::kInt32, {b}, Device::cuda(dev));
     ASSERT_TRUE(shard_seq_lens(lp).ok());
     std::vector<int32_t> want_local(static_cast<size_t>(b));
     ShardSeqLensProblem hp = lp;
@@ -206,11 +213,11 @@ TEST(ShardHelpers, KernelsMatchTheHostLoops) {
 
     ShardSlotMappingProblem sp;
     sp.shard = s;
-    sp.positions = TensorView::contiguous(d_pos.get(), DType::kInt64, {tokens}, Device::cuda(0));
-    sp.query_start_loc = TensorView::contiguous(d_qsl.get(), DType::kInt32, {b + 1}, Device::cuda(0));
-    sp.block_table = TensorView::contiguous(d_table.get(), DType::kInt32, {b, columns}, Device::cuda(0));
+    sp.positions = TensorView::contiguous(d_pos.get(), DType::kInt64, {tokens}, Device::cuda(dev));
+    sp.query_start_loc = TensorView::contiguous(d_qsl.get(), DType::kInt32, {b + 1}, Device::cuda(dev));
+    sp.block_table = TensorView::contiguous(d_table.get(), DType::kInt32, {b, columns}, Device::cuda(dev));
     sp.page_size = P;
-    sp.slot_mapping = TensorView::contiguous(d_slots.get(), DType::kInt64, {tokens}, Device::cuda(0));
+    sp.slot_mapping = TensorView::contiguous(d_slots.get(), DType::kInt64, {tokens}, Device::cuda(dev));
     ASSERT_TRUE(shard_slot_mapping(sp).ok());
     std::vector<int64_t> want_slots(static_cast<size_t>(tokens));
     ShardSlotMappingProblem hs = sp;
@@ -219,6 +226,10 @@ TEST(ShardHelpers, KernelsMatchTheHostLoops) {
     hs.block_table = TensorView::contiguous(table.data(), DType::kInt32, {b, columns});
     hs.slot_mapping = TensorView::contiguous(want_slots.data(), DType::kInt64, {tokens});
     ASSERT_TRUE(shard_slot_mapping(hs).ok());
+    int current = -1;
+    CACHE_TEST_CUDA(cudaGetDevice(&current));
+    EXPECT_EQ(current, 0) << "the caller's current device was not given back";
+    CACHE_TEST_CUDA(cudaSetDevice(dev));
     CACHE_TEST_CUDA(cudaDeviceSynchronize());
     EXPECT_EQ(d_local.download<int32_t>(size_t(b)), want_local);
     const std::vector<int64_t> got_slots = d_slots.download<int64_t>(size_t(tokens));
@@ -226,6 +237,7 @@ TEST(ShardHelpers, KernelsMatchTheHostLoops) {
     int64_t owned = 0;
     for (int64_t v : want_slots) owned += v >= 0;
     EXPECT_GT(owned, 0);  // the case writes something
+    CACHE_TEST_CUDA(cudaSetDevice(0));
   }
 }
 
