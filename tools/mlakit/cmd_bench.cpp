@@ -68,6 +68,21 @@ struct Row {
   SampleCheck check;
 };
 
+/// "cuda:0 (NVIDIA H200)", or "cpu": where the bench ran, for its header lines.
+std::string where(const DeviceMemory& mem) {
+  const std::string model = mem.model();
+  return device_name(mem.device()) + (model.empty() ? "" : " (" + model + ")");
+}
+
+/// The ceilings and anchor times are the H100's (docs/performance.md): elsewhere `what` compares across devices.
+void print_anchor_note(const DeviceMemory& mem, bool on_cpu, const char* what) {
+  if (on_cpu) {
+    std::printf("(CPU run: %s for scale only)\n", what);
+  } else if (mem.model().find("H100") == std::string::npos) {
+    std::printf("(%s is not the anchors' H100: %s across GPUs)\n", mem.model().c_str(), what);
+  }
+}
+
 /// Every CUDA backend the device can run, as a named preference each (`fallback` when there is none).
 std::vector<Preference> cuda_paths(const Registry& registry, const Preference& fallback) {
   std::vector<Preference> paths;
@@ -200,7 +215,7 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
   }
 
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
-              version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
+              version(), where(*mem).c_str(), static_cast<long long>(iters));
   std::printf("%-44s %-9s %9s %8s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "host us", "run ms",
               "TFLOP/s", "%peak", "GB/s", "%copy", "xFlash", "xTriton", "max err", "check");
   int failures = 0;
@@ -245,7 +260,7 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
   std::printf("%%peak, %%copy: of the H100 ceilings (745 TFLOP/s, 3005 GB/s); xFlash, xTriton: the anchor H100 time\n"
               "(docs/performance.md) of the same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster\n"
               "than them)\n");
-  if (on_cpu) std::printf("(CPU run: the ceilings and comparisons are for scale only)\n");
+  print_anchor_note(*mem, on_cpu, "the ceilings and comparisons are");
   if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()), launch_us);
   return failures ? 1 : 0;
 }
@@ -261,7 +276,7 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
     return 2;
   }
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole sparse_decode call timed\n",
-              version(), device_name(mem->device()).c_str(), static_cast<long long>(iters));
+              version(), where(*mem).c_str(), static_cast<long long>(iters));
   std::printf("%-56s %-9s %9s %8s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "GB/s",
               "xFlash", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves sparse decode, unless one is named.
@@ -298,7 +313,7 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
   std::printf("host us: CPU time per call, calls enqueued back to back (no sync between them), median of 3 batches\n");
   std::printf("TFLOP/s: b*s_q*h_q*(topk+extra)*2*(d_qk+d_v) FLOPs (576+512; V4: 512+512); GB/s: indexed rows + q + "
               "out;\nxFlash: FlashMLA's sparse decode on the H100 (issues 9 and 13) over ours (> 1 means faster than it)\n");
-  if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");
+  print_anchor_note(*mem, on_cpu, "the comparisons are");
   return failures ? 1 : 0;
 }
 
@@ -313,7 +328,7 @@ int bench_prefill(const Args& args, const Registry& registry, const Preference& 
     return 2;
   }
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole prefill call timed\n", version(),
-              device_name(mem->device()).c_str(), static_cast<long long>(iters));
+              where(*mem).c_str(), static_cast<long long>(iters));
   std::printf("%-50s %-9s %9s %8s %9s %6s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "%peak",
               "xcuDNN", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves prefill, unless one is named.
@@ -347,7 +362,7 @@ int bench_prefill(const Args& args, const Registry& registry, const Preference& 
   std::printf("TFLOP/s: 2 * h * (d_qk + d_v) * attended (query, key) pairs; %%peak: of the H100's 745 TFLOP/s;\n"
               "xcuDNN: torch SDPA (cuDNN) on the H100 (issue 10's table, padded dense batch) over ours (> 1 means\n"
               "faster than it); rows checked: first and last query of the first and last request, heads 0 and h-1\n");
-  if (on_cpu) std::printf("(CPU run: the comparisons are for scale only)\n");
+  print_anchor_note(*mem, on_cpu, "the comparisons are");
   return failures ? 1 : 0;
 }
 
@@ -376,7 +391,7 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
     return 2;
   }
   std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each)\n", version(),
-              device_name(mem->device()).c_str(), static_cast<long long>(iters));
+              where(*mem).c_str(), static_cast<long long>(iters));
   std::printf("%-44s %-9s %9s %8s %6s %s\n", "operation", "backend", "ms", "GB/s", "%copy", "check against the reference");
   int failures = 0;
   for (KvFormat f : formats) {
@@ -397,6 +412,7 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
                 100 * gbs / kCopyCeilingGBs, check.c_str());
   }
   std::printf("bytes: each input read once, each output written once; %%copy: of the H100's 3005 GB/s\n");
+  print_anchor_note(*mem, on_cpu, "%copy is");
   return failures ? 1 : 0;
 }
 

@@ -19,6 +19,7 @@ constexpr size_t kFlushBytes = size_t(64) << 20;  // larger than any CPU's last-
 class CpuMemory final : public DeviceMemory {
  public:
   Device device() const override { return Device::cpu(); }
+  std::string model() const override { return {}; }
   Status empty_launch_us(double*) override { return Status::not_supported("the CPU launches no kernels"); }
   Stream stream() const override { return nullptr; }
   void* alloc(size_t bytes) override {  // null on failure, never an exception (Buffer reports the bytes)

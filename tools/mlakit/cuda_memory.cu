@@ -43,6 +43,9 @@ class CudaMemory final : public DeviceMemory {
  public:
   Status init() {
     MLAKIT_TRY(check(cudaGetDevice(&ordinal_), "cudaGetDevice"));
+    cudaDeviceProp prop{};
+    MLAKIT_TRY(check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties"));
+    model_ = prop.name;
     MLAKIT_TRY(check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     MLAKIT_TRY(check(cudaEventCreate(&start_), "cudaEventCreate"));
     MLAKIT_TRY(check(cudaEventCreate(&stop_), "cudaEventCreate"));
@@ -58,6 +61,7 @@ class CudaMemory final : public DeviceMemory {
     if (stream_) cudaStreamDestroy(stream_);
   }
   Device device() const override { return Device::cuda(ordinal_); }
+  std::string model() const override { return model_; }
   Stream stream() const override { return stream_; }
   void* alloc(size_t bytes) override {
     void* p = nullptr;
@@ -122,6 +126,7 @@ class CudaMemory final : public DeviceMemory {
 
  private:
   int ordinal_ = 0;
+  std::string model_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   void* flush_ = nullptr;

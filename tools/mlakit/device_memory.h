@@ -24,6 +24,8 @@ class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
   virtual Device device() const = 0;
+  /// The device's model as the driver names it ("NVIDIA H200"); empty for the CPU.
+  virtual std::string model() const = 0;
   virtual Stream stream() const = 0;
   /// Null on failure (the caller reports how many bytes it asked for).
   virtual void* alloc(size_t bytes) = 0;
