@@ -194,7 +194,10 @@ Status check_sample(const SparseBenchSpec& spec, const SparseWorkload& w, Device
 std::string SparseBenchSpec::describe() const {
   std::string d = std::string(shared_ctx ? "prefill " : "") + "b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
                   " h_q=" + std::to_string(h_q) + " topk=" + std::to_string(topk);
-  if (extra_topk > 0) d += "+" + std::to_string(extra_topk);
+  if (extra_topk > 0) {
+    d += '+';  // appended apart: GCC 12's -Wrestrict misreads "+" + std::to_string(...) here (a false positive)
+    d += std::to_string(extra_topk);
+  }
   d += " ctx=" + std::to_string(ctx) + " kv=" + kv_format_name(format);
   if (v4 && format != KvFormat::kFP8DsV4) d += " (V4 dims)";
   return d;
