@@ -30,11 +30,7 @@ class CudaBackend final : public Backend {
     return all;
   }
 
-  Status available() const override {
-    int ordinal = 0;
-    MLAKIT_TRY(cuda::current_device(&ordinal));
-    return available_on(Device::cuda(ordinal));
-  }
+  Status available() const override { return cuda::available_on_current_device(*this); }
   Status available_on(Device device) const override {
     const cuda::DeviceInfo* info = nullptr;
     MLAKIT_TRY(cuda::cached_device_info(device.index, &info));

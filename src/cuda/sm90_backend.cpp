@@ -28,11 +28,7 @@ class CudaSm90Backend final : public Backend {
     for (Feature& f : cuda::prefill_sm90_features()) all.push_back(std::move(f));
     return all;
   }
-  Status available() const override {
-    int ordinal = 0;
-    MLAKIT_TRY(cuda::current_device(&ordinal));
-    return available_on(Device::cuda(ordinal));
-  }
+  Status available() const override { return cuda::available_on_current_device(*this); }
   Status available_on(Device device) const override { return cuda::decode_sm90_available(device.index); }
 
  protected:

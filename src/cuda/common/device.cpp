@@ -8,12 +8,19 @@
 namespace mlakit::cuda {
 namespace {
 
-Status query_device_info(int ordinal, DeviceInfo* info) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+// The number of devices this process sees; "no CUDA device found" when there is none (no driver, no GPU, or
+// CUDA_VISIBLE_DEVICES empty), so that every caller words it the same way.
+Status device_count(int* count) {
+  if (cudaGetDeviceCount(count) != cudaSuccess || *count == 0) {
     cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
     return Status::not_supported("no CUDA device found");
   }
+  return {};
+}
+
+Status query_device_info(int ordinal, DeviceInfo* info) {
+  int count = 0;
+  MLAKIT_TRY(device_count(&count));
   if (ordinal < 0 || ordinal >= count) {
     return Status::not_supported("cuda:" + std::to_string(ordinal) + ": no such CUDA device (this process sees " +
                                  std::to_string(count) + ")");
@@ -27,16 +34,19 @@ Status query_device_info(int ordinal, DeviceInfo* info) {
   return {};
 }
 
-}  // namespace
-
 Status current_device(int* ordinal) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return Status::not_supported("no CUDA device found");
-  }
+  MLAKIT_TRY(device_count(&count));
   MLAKIT_CUDA_TRY(cudaGetDevice(ordinal));
   return {};
+}
+
+}  // namespace
+
+Status available_on_current_device(const Backend& backend) {
+  int ordinal = 0;
+  MLAKIT_TRY(current_device(&ordinal));
+  return backend.available_on(Device::cuda(ordinal));
 }
 
 Status cached_device_info(int ordinal, const DeviceInfo** out) {

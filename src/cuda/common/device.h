@@ -1,6 +1,7 @@
 #pragma once
 // Facts about a CUDA device that backends need on the host, and a guard that makes a call's device current.
 
+#include "mlakit/backend.h"
 #include "mlakit/status.h"
 #include "mlakit/types.h"
 
@@ -14,8 +15,9 @@ struct DeviceInfo {
   int max_smem_per_block_optin = 0;  // bytes
 };
 
-/// The calling thread's current CUDA device, or a Status saying there is none.
-Status current_device(int* ordinal);
+/// What a CUDA backend's available() answers: available_on() for the calling thread's current device, or "no CUDA
+/// device found" when the process sees none.
+Status available_on_current_device(const Backend& backend);
 
 /// Information on device `ordinal` (the index of the call's tensors' Device), queried once per (host thread, device)
 /// and kept for the thread's life: a device's compute capability, SM count and shared-memory limit cannot change
