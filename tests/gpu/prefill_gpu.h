@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,26 @@ inline bool refused_by_rule(const Status& st) {
   return st.code() == StatusCode::kNotSupported && has("(d_qk, d_v)=") &&
          (has("is compiled for") || has("bytes of shared memory per block"));
 }
+
+/// A host tensor's copy on the GPU (contiguous views only), and the way back for outputs.
+struct OnDevice {
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  TensorView put(const TensorView& host) {
+    buffers.push_back(std::make_unique<DeviceBuffer>());
+    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
+    DeviceBuffer& b = *buffers.back();
+    b.allocate(bytes);
+    if (bytes > 0) cudaMemcpy(b.get(), host.data, bytes, cudaMemcpyHostToDevice);
+    TensorView t = host;
+    t.data = b.get();
+    t.device = Device::cuda(0);
+    return t;
+  }
+  static void get(const TensorView& host, const TensorView& dev) {
+    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
+    if (bytes > 0) cudaMemcpy(host.data, dev.data, bytes, cudaMemcpyDeviceToHost);
+  }
+};
 
 /// Runs case `c` on CUDA backend `be` (device 0): k and v NaN-poisoned past the last key, out and lse poisoned before
 /// the call. Returns the call's status (a refusal runs nothing); on success *out and *lse hold what the device wrote,

@@ -216,26 +216,6 @@ TEST_P(CudaPrefillLong, OneRequestOf64KTokensOnSampledRows) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
 
-/// A host tensor's copy on the GPU (contiguous views only), and the way back for outputs.
-struct OnDevice {
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-  TensorView put(const TensorView& host) {
-    buffers.push_back(std::make_unique<DeviceBuffer>());
-    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
-    DeviceBuffer& b = *buffers.back();
-    b.allocate(bytes);
-    if (bytes > 0) cudaMemcpy(b.get(), host.data, bytes, cudaMemcpyHostToDevice);
-    TensorView t = host;
-    t.data = b.get();
-    t.device = Device::cuda(0);
-    return t;
-  }
-  static void get(const TensorView& host, const TensorView& dev) {
-    const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
-    if (bytes > 0) cudaMemcpy(host.data, dev.data, bytes, cudaMemcpyDeviceToHost);
-  }
-};
-
 /// Chunked prefix (issue 10 item 2) on the GPU: a 32K prefix in four chunks, ragged with two more requests; every
 /// prefill on `backend`, the merge on the cuda backend, compared with the unchunked prefill on `backend`.
 TEST_P(CudaPrefillLong, ChunkedPrefixOf32KMatchesTheUnchunkedPrefill) {
@@ -277,20 +257,11 @@ TEST(CudaPrefillSupports, NamesTheUncompiledHeadDims) {
   cfg.geometry = {96, 64};
   cfg.lens = {{4, 4}};
   PrefillCase c = PrefillCase::generate(cfg);
-  PrefillProblem p = c.problem();
-  DeviceBuffer dq, dk, dv, dcq, dck, dout;
-  DeviceBuffer::upload(&dq, c.q);
-  DeviceBuffer::upload(&dk, c.k);
-  DeviceBuffer::upload(&dv, c.v);
-  DeviceBuffer::upload(&dcq, c.cu_q);
-  DeviceBuffer::upload(&dck, c.cu_k);
-  DeviceBuffer::upload(&dout, c.out);
-  const Device gpu{DeviceType::kCUDA, 0};
-  for (auto [t, b] : {std::pair{&p.q, &dq}, {&p.k, &dk}, {&p.v, &dv}, {&p.cu_seqlens_q, &dcq}, {&p.cu_seqlens_k, &dck},
-                      {&p.out, &dout}}) {
-    t->data = b->get();
-    t->device = gpu;
-  }
+  const PrefillProblem host = c.problem();
+  OnDevice d;
+  PrefillProblem p = host;
+  p.q = d.put(host.q), p.k = d.put(host.k), p.v = d.put(host.v), p.out = d.put(host.out);
+  p.cu_seqlens_q = d.put(host.cu_seqlens_q), p.cu_seqlens_k = d.put(host.cu_seqlens_k);
   p.lse = TensorView{};
   const Status st = cuda->supports(p);
   EXPECT_FALSE(st.ok());
