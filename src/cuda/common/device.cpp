@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "cuda/common/check.h"
 
@@ -60,6 +61,23 @@ Status cached_device_info(int ordinal, const DeviceInfo** out) {
   if (known.size() <= size_t(ordinal)) known.resize(size_t(ordinal) + 1);
   known[size_t(ordinal)] = info;
   *out = &known[size_t(ordinal)];
+  return {};
+}
+
+Status allow_dynamic_smem(const void* kernel, int bytes) {
+  struct Allowed {
+    int device;
+    const void* kernel;
+    int bytes;
+  };
+  thread_local std::vector<Allowed> allowed;  // tens of entries at most: one per (device, kernel instantiation)
+  int device = 0;
+  MLAKIT_CUDA_TRY(cudaGetDevice(&device));
+  for (const Allowed& a : allowed) {
+    if (a.device == device && a.kernel == kernel && a.bytes >= bytes) return {};
+  }
+  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  allowed.push_back({device, kernel, bytes});
   return {};
 }
 

@@ -28,6 +28,13 @@ Status available_on_current_device(const Backend& backend);
 /// ordinal at or past the device count; the next call asks again).
 Status cached_device_info(int ordinal, const DeviceInfo** info);
 
+/// Lets `kernel` (a __global__ function) launch with `bytes` of dynamic shared memory on the current device:
+/// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per (host thread, device, kernel), as the setting lasts for
+/// the process on that device and the call costs ~0.4 us of host time, where every decode and prefill launch set it.
+/// (A cudaDeviceReset() drops the setting with the context while this record keeps it: a process that resets a device
+/// and then calls MLAKit again on it from the same thread gets a launch error, not a wrong result.)
+Status allow_dynamic_smem(const void* kernel, int bytes);
+
 /// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
 /// whatever device the calling thread last used); restores the previous device afterwards.
 class DeviceGuard {

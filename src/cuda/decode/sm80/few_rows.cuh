@@ -127,6 +127,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
@@ -969,7 +970,7 @@ template <class F>
 Status launch_few_rows_kernel(void (*kernel)(DecodeParams), const DecodeParams& p, cudaStream_t stream, bool pdl) {
   if (p.rows > few_rows::kRows) return Status::internal("decode: the few-row kernel takes at most 16 rows");
   constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
   PdlLaunch l(dim3(1, p.partitions), dim3(few_rows::kThreads), kSmem, stream, pdl);
   MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p));
   return {};
@@ -982,7 +983,7 @@ Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int max_smem_per_
   constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
   *ctas_per_sm = 0;
   if (kSmem > max_smem_per_block) return {};  // e.g. sm_86 / sm_89: 99 KB per block
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
   MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, few_rows::kThreads, kSmem));
   return {};
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/decode/sm80/kernel.cuh"
 #include "cuda/decode/sm80/launch.h"
 #include "cuda/decode/smxx/launch.h"
@@ -16,7 +17,7 @@ template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, int kRowGroups>
 Status launch_decode_rows(const DecodeParams& p, int row_blocks, cudaStream_t stream, bool pdl) {
   constexpr int kSmemBytes = smem_layout(kKind, kRowGroups, kSparse, kDqk).total;
   auto kernel = decode_kernel<kBf16, kKind, kRowGroups, kSparse, kDqk>;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes));
   PdlLaunch l(dim3(row_blocks, p.partitions), dim3(decode_threads(kRowGroups)), kSmemBytes, stream, pdl);
   MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p));
   return {};
@@ -36,7 +37,7 @@ template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, int kRowGroups>
 Status occupancy_rows(int* ctas_per_sm) {
   constexpr int kSmemBytes = smem_layout(kKind, kRowGroups, kSparse, kDqk).total;
   auto kernel = decode_kernel<kBf16, kKind, kRowGroups, kSparse, kDqk>;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes));
   MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, decode_threads(kRowGroups),
                                                                 kSmemBytes));
   return {};

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/decode/sm90/kernel.cuh"
 #include "cuda/decode/sm90/launch.h"
 #include "cuda/decode/smxx/launch.h"
@@ -14,7 +15,7 @@ template <bool kBf16, KvKind kKind, bool kSparse, bool kPair, int kDqk>
 Status launch_with(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
                    cudaStream_t stream, bool pdl) {
   auto kernel = decode_kernel<kBf16, kKind, kSparse, kPair, kDqk>;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemAlloc));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemAlloc));
   PdlLaunch l(dim3(row_blocks, p.partitions), dim3(kThreads), kSmemAlloc, stream, pdl, kPair ? 2u : 1u);
   MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, kv_map, int(use_tma)));
   return {};

@@ -32,7 +32,7 @@ template <bool kBf16, int kDQK, int kDV>
 Status launch(const PrefillParams& params, int64_t slots, int h_q, cudaStream_t stream) {
   auto kernel = prefill_kernel<kBf16, kDQK, kDV>;
   constexpr int kSmem = PrefillSmem<kDQK, kDV>::total;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
   kernel<<<dim3(unsigned(slots), unsigned(h_q)), kThreads, kSmem, stream>>>(params);
   MLAKIT_CUDA_TRY_LAUNCH("prefill_kernel");
   return {};

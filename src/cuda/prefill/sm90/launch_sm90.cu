@@ -1,6 +1,7 @@
 // The Hopper prefill kernel's launcher and its instantiations (built for sm_90a only).
 
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/prefill/sm90/kernel.cuh"
 #include "cuda/prefill/sm90/launch.h"
 
@@ -14,7 +15,7 @@ Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CU
                       const CUtensorMap& v_map, int64_t slots, int h_q, cudaStream_t stream) {
   auto kernel = prefill_kernel<kBf16, kDQK, kDV>;
   constexpr int kSmem = Layout<kDQK, kDV>::alloc;
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
   kernel<<<dim3(unsigned(slots), unsigned(h_q)), kThreads, kSmem, stream>>>(p, q_map, k_map, v_map);
   MLAKIT_CUDA_TRY_LAUNCH("prefill_kernel (sm90)");
   return {};
