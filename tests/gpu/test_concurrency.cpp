@@ -258,6 +258,48 @@ TEST(Concurrency, CallsOnADeviceThisProcessLacksAreRefusedByName) {
   }
 }
 
+// What a CUDA backend sets up once per (host thread, device, kernel) before its first launch, the kernel's dynamic
+// shared-memory allowance (cuda/common/device.h, allow_dynamic_smem), is a setting of each device: the same dense and
+// sparse decode calls made from one thread on device 0 and then on device 1 (inputs uploaded to each) must both launch
+// and give the same bytes. A record of the setting keyed without the device makes device 1's launches fail.
+TEST(Concurrency, TheSameKernelsLaunchOnEachDeviceInTurn) {
+  std::string why;
+  if (cuda_backend(&why, "cuda") == nullptr) GTEST_SKIP() << why;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const TwoCalls c;  // on device 0: its cases and selections, reused below
+  for (bool sparse : {false, true}) {
+    SCOPED_TRACE(sparse ? "sparse decode" : "dense decode");
+    const Backend& be = sparse ? *c.sparse_backend : *c.dense_backend;
+    Result on[2];
+    for (int device = 0; device < 2; ++device) {
+      DeviceDecodeCase d;
+      DeviceSparseCase s;
+      if (sparse) {
+        s.upload(c.sparse, /*scale_on_device=*/false, device);
+      } else {
+        d.upload(c.dense, /*scale_on_device=*/false, device);
+      }
+      const size_t ws_bytes = sparse ? be.workspace_bytes(s.problem) : be.workspace_bytes(d.problem);
+      DeviceBuffer ws(ws_bytes);
+      cudaMemset(ws.get(), 0xFF, ws.bytes());
+      const Workspace w{ws.get(), ws.bytes()};
+      Status st;
+      if (sparse) {
+        st = be.run(s.problem, w, Stream{});
+      } else {
+        st = be.plan(d.problem, w, Stream{});
+        if (st.ok()) st = be.run(d.problem, w, Stream{});
+      }
+      ASSERT_TRUE(st.ok()) << be.name() << " on cuda:" << device << ": " << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "cuda:" << device;
+      on[device] = sparse ? download(s.out, s.lse) : download(d.out, d.lse);
+    }
+    cudaSetDevice(0);
+    EXPECT_TRUE(on[1] == on[0]) << be.name() << ": cuda:1 differs from cuda:0";
+  }
+}
+
 // One workspace used by one call after another on one stream, alternating between the CUDA backends (issue 11's
 // "workspace shared between two backends"): nothing one call leaves in it (its schedule, partial rows) may change the
 // next one's result. Every result must equal the same backend's result with a workspace of its own, bit for bit.
