@@ -122,6 +122,21 @@ TEST_P(CudaPrefillLong, ManyRequestsTakeSeveralSearchRounds) {
   }
 }
 
+// 64 requests fill one search round exactly (block_of_slot tests 64 candidates per round): the last request is the
+// round's last candidate, the one whose next cu_seqlens entries no lane of the round holds, and every request must
+// still find its own rows and keys.
+TEST_P(CudaPrefillLong, SixtyFourRequestsFillOneSearchRound) {
+  PrefillCaseConfig cfg;
+  cfg.h_q = 2;
+  cfg.causal = true;
+  for (int r = 0; r < 64; ++r) {
+    const int lq = 1 + (r * 37) % 150;
+    cfg.lens.push_back({lq, lq + r % 3});
+  }
+  cfg.seed = 91;
+  expect_matches_reference(cfg, GetParam());
+}
+
 // One head, so out's head stride multiplies nothing and may be odd: the rows are then not 16-byte aligned and the
 // Hopper epilogue must take its 4-byte path (out_rows_aligned) instead of the 16-byte copies through shared memory.
 TEST_P(CudaPrefillLong, OneHeadWithAnOddOutHeadStride) {
