@@ -1,6 +1,7 @@
 // The host cost of each CUDA call a decode call makes, on the GPU machine's CPU (docs/performance.md, "Three combine
 // changes measured and kept off main": the figures of 2026-11-28 came from this program), whether a cooperative
-// launch takes PDL, clusters and graph capture, and what replaying a captured two-kernel call costs. Build and run
+// launch takes PDL, clusters and graph capture, and what replaying a captured two-kernel call costs, with its
+// pointers unchanged or set anew before each replay. Build and run
 // on the GPU machine, pinned as the bench's host figures are:
 //   nvcc -std=c++17 -O2 -arch=sm_90a scripts/launch_floor.cu -lcuda -o /tmp/launch_floor
 //   taskset -c 2-5 /tmp/launch_floor
@@ -198,6 +199,41 @@ int main() {
                                                       cudaLaunchKernelEx(&c_empty, empty_kernel);
                                                     },
                                                     st));
+    // The same replay when every call has new pointers (a layer's own cache, q and out, as an engine's calls have):
+    // each kernel node's arguments set in the instantiated graph (cudaGraphExecKernelNodeSetParams), then the launch.
+    // Whether this stays under the two direct launches decides whether a prepared call could keep a graph per shape.
+    size_t n_nodes = 0;
+    CK(cudaGraphGetNodes(g2, nullptr, &n_nodes));
+    std::vector<cudaGraphNode_t> nodes(n_nodes);
+    CK(cudaGraphGetNodes(g2, nodes.data(), &n_nodes));
+    std::vector<cudaGraphNode_t> kernels;
+    std::vector<cudaKernelNodeParams> params;
+    for (cudaGraphNode_t n : nodes) {
+      cudaGraphNodeType type;
+      CK(cudaGraphNodeGetType(n, &type));
+      if (type != cudaGraphNodeTypeKernel) continue;
+      cudaKernelNodeParams kp;
+      CK(cudaGraphKernelNodeGetParams(n, &kp));
+      kernels.push_back(n);
+      params.push_back(kp);
+    }
+    printf("graph kernel nodes: %zu of %zu nodes\n", kernels.size(), n_nodes);
+    int* targets[2] = {buf, buf + 2048};  // alternated: the big kernel writes p[blockIdx.x] (sms < 2048 entries)
+    int flip = 0;
+    void* big_args[2][1] = {{&targets[0]}, {&targets[1]}};
+    void* no_args[1] = {nullptr};
+    const auto set_and_launch = [&] {
+      flip ^= 1;
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        cudaKernelNodeParams kp = params[i];
+        kp.kernelParams = kp.func == reinterpret_cast<void*>(big_kernel) ? big_args[flip] : no_args;
+        CK(cudaGraphExecKernelNodeSetParams(e2, kernels[i], &kp));
+      }
+      cudaGraphLaunch(e2, st);
+    };
+    set_and_launch();
+    CK(cudaStreamSynchronize(st));
+    printf("host_us graph_two_kernels_new_pointers %.2f\n", host_us(set_and_launch, st));
     cudaGraphExecDestroy(e2);
     cudaGraphDestroy(g2);
   }
