@@ -5,17 +5,19 @@
 #include <vector>
 
 #include "cuda/common/check.h"
+#include "mlakit/backend.h"
 
 namespace mlakit::cuda {
 namespace {
 
-// The number of devices this process sees; "no CUDA device found" when there is none (no driver, no GPU, or
-// CUDA_VISIBLE_DEVICES empty), so that every caller words it the same way.
+// The number of devices this process sees; "no CUDA device found" when there is none (no GPU, or CUDA_VISIBLE_DEVICES
+// empty), with the runtime's reason when it could not count them (no driver, a driver older than the runtime), so
+// that every caller words it the same way.
 Status device_count(int* count) {
-  if (cudaGetDeviceCount(count) != cudaSuccess || *count == 0) {
-    cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
-    return Status::not_supported("no CUDA device found");
-  }
+  const cudaError_t e = cudaGetDeviceCount(count);
+  cudaGetLastError();  // clear the error so later calls start clean
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && *count == 0)) return Status::not_supported("no CUDA device found");
+  if (e != cudaSuccess) return Status::not_supported(std::string("no CUDA device found (") + cudaGetErrorString(e) + ")");
   return {};
 }
 
@@ -76,7 +78,11 @@ Status allow_dynamic_smem(const void* kernel, int bytes) {
   for (const Allowed& a : allowed) {
     if (a.device == device && a.kernel == kernel && a.bytes >= bytes) return {};
   }
-  MLAKIT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess) {
+    cudaGetLastError();  // not left for the next launch check of this thread to report as its own
+    return cuda_status(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__, __LINE__);
+  }
   allowed.push_back({device, kernel, bytes});
   return {};
 }

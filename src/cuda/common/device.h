@@ -1,9 +1,12 @@
 #pragma once
 // Facts about a CUDA device that backends need on the host, and a guard that makes a call's device current.
 
-#include "mlakit/backend.h"
 #include "mlakit/status.h"
 #include "mlakit/types.h"
+
+namespace mlakit {
+class Backend;
+}  // namespace mlakit
 
 namespace mlakit::cuda {
 
@@ -29,10 +32,12 @@ Status available_on_current_device(const Backend& backend);
 Status cached_device_info(int ordinal, const DeviceInfo** info);
 
 /// Lets `kernel` (a __global__ function) launch with `bytes` of dynamic shared memory on the current device:
-/// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per (host thread, device, kernel), as the setting lasts for
-/// the process on that device and the call costs ~0.4 us of host time, where every decode and prefill launch set it.
-/// (A cudaDeviceReset() drops the setting with the context while this record keeps it: a process that resets a device
-/// and then calls MLAKit again on it from the same thread gets a launch error, not a wrong result.)
+/// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per (host thread, device, kernel), where every decode and
+/// prefill launch set it (0.23 - 0.43 us of host time each on the GPU machines' hosts). The setting belongs to the
+/// device's primary context, the one the runtime API uses, and lasts as long as it does. Two consequences, both a
+/// launch error rather than a wrong result: after a cudaDeviceReset(), calls on that device from a thread that launched
+/// there before the reset find the setting gone; and a caller who makes another (driver API) context current on a device
+/// gets launches there without it once this thread has set it in the primary context.
 Status allow_dynamic_smem(const void* kernel, int bytes);
 
 /// Makes `device` current for the guard's lifetime (kernels launch on the problem's device, not on
