@@ -268,9 +268,14 @@ TEST(Concurrency, TheSameKernelsLaunchOnEachDeviceInTurn) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) GTEST_SKIP() << "needs two CUDA devices";
   const TwoCalls c;  // on device 0: its cases and selections, reused below
+  ASSERT_NE(c.dense_backend, nullptr) << c.dense_why;
+  ASSERT_NE(c.sparse_backend, nullptr) << c.sparse_why;
   for (bool sparse : {false, true}) {
     SCOPED_TRACE(sparse ? "sparse decode" : "dense decode");
     const Backend& be = sparse ? *c.sparse_backend : *c.dense_backend;
+    if (!be.available_on(Device::cuda(1)).ok()) {  // two different GPUs: device 0's choice does not run on device 1
+      GTEST_SKIP() << be.name() << " is not available on cuda:1";
+    }
     Result on[2];
     for (int device = 0; device < 2; ++device) {
       DeviceDecodeCase d;
