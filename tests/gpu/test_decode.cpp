@@ -245,7 +245,7 @@ TEST_P(DecodeForms, SplitCacheAndFlatTableMatchReference) {
     bool causal;
   };
   for (const Shape sh : {Shape{16, 1, false}, Shape{7, 4, true}, Shape{128, 2, true}}) {
-    for (const auto [split, flat] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+    for (const auto& [split, flat] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
       if (split && format == KvFormat::kFP8DsMla) continue;  // its rows hold scales: no split form (spec section 4)
       SCOPED_TRACE(std::string(split ? "split cache" : "joined cache") + (flat ? ", flat table" : ", 2-D table"));
       std::mt19937_64 rng(seed);
