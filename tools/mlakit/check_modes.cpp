@@ -7,7 +7,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -17,12 +16,6 @@
 
 namespace mlakit::cli {
 namespace {
-
-TensorView view(void* data, DType dtype, std::initializer_list<int64_t> shape, Device dev) {
-  TensorView t = TensorView::contiguous(data, dtype, shape);
-  t.device = dev;
-  return t;
-}
 
 Status bounded(const char* name, int64_t v, int64_t lo, int64_t hi) {
   if (v >= lo && v <= hi) return {};
@@ -81,13 +74,13 @@ int check_prefill(const Args& args, Device dev, const Preference& pref) {
     for (int64_t i = 0; i <= batch; ++i) cu[size_t(i)] = int32_t(i * ctx);
   }
   PrefillProblem p;
-  p.q = view(placeholder(1), dtype, {tokens, heads, d_qk}, dev);
-  p.k = view(placeholder(2), dtype, {tokens, heads, d_qk}, dev);
-  p.v = view(placeholder(3), dtype, {tokens, heads, d_v}, dev);
-  p.out = view(placeholder(4), dtype, {tokens, heads, d_v}, dev);
-  p.lse = view(placeholder(5), DType::kFP32, {tokens, heads}, dev);
+  p.q = TensorView::contiguous(placeholder(1), dtype, {tokens, heads, d_qk}, dev);
+  p.k = TensorView::contiguous(placeholder(2), dtype, {tokens, heads, d_qk}, dev);
+  p.v = TensorView::contiguous(placeholder(3), dtype, {tokens, heads, d_v}, dev);
+  p.out = TensorView::contiguous(placeholder(4), dtype, {tokens, heads, d_v}, dev);
+  p.lse = TensorView::contiguous(placeholder(5), DType::kFP32, {tokens, heads}, dev);
   void* cu_data = dev.is_cpu() ? static_cast<void*>(cu.data()) : placeholder(6);
-  p.cu_seqlens_q = view(cu_data, DType::kInt32, {batch + 1}, dev);
+  p.cu_seqlens_q = TensorView::contiguous(cu_data, DType::kInt32, {batch + 1}, dev);
   p.cu_seqlens_k = p.cu_seqlens_q;
   p.softmax_scale = 0.13523378f;
   p.causal = !args.has("non-causal");
@@ -150,17 +143,17 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
     return t;
   };
   SparseDecodeProblem p;
-  p.q = view(placeholder(1), q_dtype, {batch, s_q, heads, dims.d_qk()}, dev);
+  p.q = TensorView::contiguous(placeholder(1), q_dtype, {batch, s_q, heads, dims.d_qk()}, dev);
   p.kv = KvCacheView::contiguous(placeholder(7), format, num_pages, page, dims, dev);
-  p.indices = shared_row(
-      view(dev.is_cpu() ? static_cast<void*>(ids.data()) : placeholder(2), DType::kInt32, {batch, s_q, topk}, dev));
-  p.out = view(placeholder(3), q_dtype, {batch, s_q, heads, dims.d_v()}, dev);
-  p.lse = view(placeholder(4), DType::kFP32, {batch, s_q, heads}, dev);
+  void* ids_data = dev.is_cpu() ? static_cast<void*>(ids.data()) : placeholder(2);
+  p.indices = shared_row(TensorView::contiguous(ids_data, DType::kInt32, {batch, s_q, topk}, dev));
+  p.out = TensorView::contiguous(placeholder(3), q_dtype, {batch, s_q, heads, dims.d_v()}, dev);
+  p.lse = TensorView::contiguous(placeholder(4), DType::kFP32, {batch, s_q, heads}, dev);
   p.softmax_scale = 0.1f;
   if (extra_topk > 0) {
     p.extra_kv = KvCacheView::contiguous(placeholder(8), format, num_pages, page, dims, dev);
-    p.extra_indices = shared_row(view(dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5),
-                                      DType::kInt32, {batch, s_q, extra_topk}, dev));
+    void* extra_data = dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5);
+    p.extra_indices = shared_row(TensorView::contiguous(extra_data, DType::kInt32, {batch, s_q, extra_topk}, dev));
   }
   const std::string what = "sparse_decode b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
                            " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk) +
