@@ -155,10 +155,13 @@ int check_sparse(const Args& args, Device dev, const Preference& pref) {
     void* extra_data = dev.is_cpu() ? static_cast<void*>(extra_ids.data()) : placeholder(5);
     p.extra_indices = shared_row(TensorView::contiguous(extra_data, DType::kInt32, {batch, s_q, extra_topk}, dev));
   }
-  const std::string what = "sparse_decode b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
-                           " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk) +
-                           (extra_topk > 0 ? "+" + std::to_string(extra_topk) : "") + " P=" + std::to_string(page) +
-                           " kv=" + kv_format_name(format) + (v4 ? " (V4 geometry)" : "");
+  std::string what = "sparse_decode b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
+                     " h_q=" + std::to_string(heads) + " topk=" + std::to_string(topk);
+  if (extra_topk > 0) {
+    what += '+';  // appended apart: GCC 12's -Wrestrict misreads "+" + std::to_string(...) here (a false positive)
+    what += std::to_string(extra_topk);
+  }
+  what += " P=" + std::to_string(page) + " kv=" + kv_format_name(format) + (v4 ? " (V4 geometry)" : "");
   return explain_selection(p, what, dev, pref);
 }
 
