@@ -96,7 +96,7 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* ou
   const bool takes_few_rows = use_few_rows(rows, v);
   int& few = facts->sm80_few_rows_ctas[few_rows_index(v)];  // 0: not asked yet; -1: does not fit this device
   if (takes_few_rows && few == 0) {
-    const int limit = facts->info.max_smem_per_block_optin;
+    const int limit = facts->info->max_smem_per_block_optin;
     DeviceGuard guard;  // the occupancy calculator answers for the current device
     MLAKIT_TRY(guard.set(Device::cuda(ordinal)));
     int n = 0;
@@ -108,8 +108,8 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* ou
   if (takes_few_rows && few > 0) {
     s.row_groups = 1;
     s.row_blocks = 1;
-    s.partitions = int64_t(facts->info.num_sms) * few;
-    s.pdl = facts->info.sm_major >= 9;
+    s.partitions = int64_t(facts->info->num_sms) * few;
+    s.pdl = facts->info->sm_major >= 9;
     s.few_rows = true;
     *out = s;
     return {};
@@ -119,12 +119,12 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* ou
   // may have on sm_86, sm_89 and sm_120: declined there by name (supports() asks) instead of failing at launch. The
   // kernel's static shared memory (the plan's bounds) comes on top: 1 KB is kept for it.
   const int need = smem_layout(v.kind, s.row_groups, v.sparse, v.v4 ? kDimQKV4 : kDimQK).total + 1024;
-  if (need > facts->info.max_smem_per_block_optin) {
+  if (need > facts->info->max_smem_per_block_optin) {
     return Status::not_supported("query rows per request=" + std::to_string(rows) +
                                  ": the portable decode kernel needs " + std::to_string(need) +
                                  " bytes of shared memory per block for them, device " +
-                                 std::to_string(facts->info.ordinal) + " allows " +
-                                 std::to_string(facts->info.max_smem_per_block_optin));
+                                 std::to_string(facts->info->ordinal) + " allows " +
+                                 std::to_string(facts->info->max_smem_per_block_optin));
   }
   const int64_t per_cta = int64_t(s.row_groups) * kRowsPerGroup;
   s.row_blocks = int((rows + per_cta - 1) / per_cta);
@@ -138,8 +138,8 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* ou
     }));
   }
   if (ctas < 1) return Status::internal("decode: the kernel does not fit on an SM of this device");
-  s.partitions = std::max<int64_t>(1, int64_t(facts->info.num_sms) * ctas / s.row_blocks);
-  s.pdl = facts->info.sm_major >= 9;  // griddepcontrol needs sm_90
+  s.partitions = std::max<int64_t>(1, int64_t(facts->info->num_sms) * ctas / s.row_blocks);
+  s.pdl = facts->info->sm_major >= 9;  // griddepcontrol needs sm_90
   *out = s;
   return {};
 }

@@ -42,24 +42,22 @@ std::vector<Feature> decode_sm90_features() {
 }
 
 Status decode_sm90_available(int ordinal) {
-  const DeviceInfo* info = nullptr;
-  MLAKIT_TRY(cached_device_info(ordinal, &info));
-  if (info->sm_major != 9 || info->sm_minor != 0) {
+  decode::DeviceFacts* facts = nullptr;
+  MLAKIT_TRY(decode::device_facts(ordinal, &facts));
+  const DeviceInfo& info = *facts->info;
+  if (info.sm_major != 9 || info.sm_minor != 0) {
     return Status::not_supported("needs compute capability 9.0 (sm_90a code runs on Hopper only), device " +
-                                 std::to_string(info->ordinal) + " is " + std::to_string(info->sm_major) + "." +
-                                 std::to_string(info->sm_minor));
+                                 std::to_string(info.ordinal) + " is " + std::to_string(info.sm_major) + "." +
+                                 std::to_string(info.sm_minor));
   }
   // Whether the sm_90a image loads on this device cannot change either: asked once per (thread, device) that can
   // (every public call asks, and cudaFuncGetAttributes costs microseconds); a failure is asked again. The query runs
   // on the current device, so the device asked about is made current for it.
-  thread_local std::vector<bool> loadable;
-  const size_t index = size_t(ordinal);
-  if (index < loadable.size() && loadable[index]) return {};
+  if (facts->sm90_loadable) return {};
   DeviceGuard guard;
   MLAKIT_TRY(guard.set(Device::cuda(ordinal)));
   MLAKIT_TRY(decode::sm90::kernels_loadable());
-  if (loadable.size() <= index) loadable.resize(index + 1, false);
-  loadable[index] = true;
+  facts->sm90_loadable = true;
   return {};
 }
 

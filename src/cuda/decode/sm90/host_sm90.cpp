@@ -17,7 +17,7 @@ int64_t row_blocks_for(int64_t rows) { return (rows + kRows - 1) / kRows; }
 Status partitions_for(int64_t rows, int ordinal, int64_t* g) {
   DeviceFacts* facts = nullptr;
   MLAKIT_TRY(device_facts(ordinal, &facts));
-  *g = std::max<int64_t>(1, int64_t(facts->info.num_sms) / row_blocks_for(rows));
+  *g = std::max<int64_t>(1, int64_t(facts->info->num_sms) / row_blocks_for(rows));
   return {};
 }
 

@@ -301,7 +301,7 @@ Status device_facts(int ordinal, DeviceFacts** out) {
   DeviceFacts& f = facts[size_t(ordinal)];
   f = DeviceFacts{};
   f.valid = true;
-  f.info = *info;
+  f.info = info;
   *out = &f;
   return {};
 }

@@ -35,7 +35,10 @@ int64_t sparse_requests(const SparseDecodeProblem& p);
 /// cost the host several microseconds each.
 struct DeviceFacts {
   bool valid = false;
-  DeviceInfo info;
+  const DeviceInfo* info = nullptr;  // cached_device_info's record of the device (stable for the thread's life)
+  // Whether the Hopper decode's sm_90a image loads on the device (decode_sm90_available); false = not yet asked, or
+  // the last asking failed (asked again then).
+  bool sm90_loadable = false;
   // Portable kernel CTAs per SM [sparse][bf16][V4 geometry][KvKind][row groups 1, 2, 4]; 0 = not yet.
   int sm80_ctas[2][2][2][kNumKvKinds][3] = {};
   // The few-row kernels' CTAs per SM (sm80/few_rows.cuh) [sparse fp8_ds_v4, sparse fp8_ds_mla, dense fp8_ds_mla,
