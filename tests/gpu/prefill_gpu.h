@@ -55,10 +55,13 @@ struct OnDevice {
     DeviceBuffer& b = *buffers.back();
     b.allocate(bytes);
     if (bytes > 0) cudaMemcpy(b.get(), host.data, bytes, cudaMemcpyHostToDevice);
-    TensorView t = host;
-    t.data = b.get();
-    t.device = Device::cuda(0);
-    return t;
+    return view_of(host, b);
+  }
+  /// `host`'s view (shape, strides, dtype) over device buffer `b` on device 0.
+  static TensorView view_of(TensorView host, const DeviceBuffer& b) {
+    host.data = b.get();
+    host.device = Device::cuda(0);
+    return host;
   }
   static void get(const TensorView& host, const TensorView& dev) {
     const size_t bytes = size_t(host.numel()) * dtype_size(host.dtype);
@@ -81,18 +84,13 @@ inline Status run_prefill_on_gpu(const Backend& be, PrefillCase& c, std::vector<
   DeviceBuffer::upload(&dout, std::vector<uint16_t>(c.out.size(), kPoison16));
   DeviceBuffer::upload(&dlse, std::vector<float>(c.lse.size(), NAN));
   PrefillProblem p = host;
-  const auto on_gpu = [](TensorView t, const DeviceBuffer& b) {
-    t.data = b.get();
-    t.device = Device::cuda(0);
-    return t;
-  };
-  p.q = on_gpu(host.q, dq);
-  p.k = on_gpu(host.k, dk);
-  p.v = on_gpu(host.v, dv);
-  p.cu_seqlens_q = on_gpu(host.cu_seqlens_q, dcq);
-  p.cu_seqlens_k = on_gpu(host.cu_seqlens_k, dck);
-  p.out = on_gpu(host.out, dout);
-  p.lse = on_gpu(host.lse, dlse);
+  p.q = OnDevice::view_of(host.q, dq);
+  p.k = OnDevice::view_of(host.k, dk);
+  p.v = OnDevice::view_of(host.v, dv);
+  p.cu_seqlens_q = OnDevice::view_of(host.cu_seqlens_q, dcq);
+  p.cu_seqlens_k = OnDevice::view_of(host.cu_seqlens_k, dck);
+  p.out = OnDevice::view_of(host.out, dout);
+  p.lse = OnDevice::view_of(host.lse, dlse);
   MLAKIT_TRY(be.run(p, Stream{}));
   if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
     return Status::cuda_error(std::string("prefill: ") + cudaGetErrorString(e));
