@@ -6,7 +6,10 @@ run (issue 10's anchor, timed the same way). Needs a CUDA device, torch and the 
 
 Host us: calls enqueued back to back without synchronisation, the median over 5 batches of 40 (the GPU synchronised
 between batches, outside the measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
-flushed (256 MB written) before each. Prints a table; --json FILE writes every row.
+flushed (256 MB written) before each. The prefill rows time MLAKit's op and cuDNN alternately, one call of each per
+repetition, and both before any host-time loop: under a long run of back-to-back calls the GPU reaches its power limit
+and lowers its clock, so a figure taken right after another call's loop is slower by that much (on an H200, 10 - 14%;
+docs/performance.md, "Clocks under sustained load"). Prints a table; --json FILE writes every row.
 
     PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json] [--sections decode,sparse,prefill]
 """
@@ -51,19 +54,26 @@ def host_us(fn) -> float:
 
 
 def gpu_ms(fn, reps: int) -> float:
+    return gpu_ms_alternating([fn], reps)[0]
+
+
+def gpu_ms_alternating(fns, reps: int) -> list:
+    """The median GPU time of each of `fns`, timed in turn within every repetition (each after an L2 flush), so that
+    all of them meet the same clock as the GPU warms up to its power limit."""
     global _flush
     if _flush is None:
         _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    times = []
+    times = [[] for _ in fns]
     for _ in range(reps):
-        _flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+        for fn, t in zip(fns, times):
+            _flush.zero_()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            torch.cuda.synchronize()
+            t.append(start.elapsed_time(stop))
+    return [statistics.median(t) for t in times]
 
 
 def decode_inputs(b: int, length: int, h_q: int):
@@ -158,16 +168,20 @@ def rows_prefill(reps: int):
         flops = 2 * h * (dqk + dv) * b * s * (s + 1) / 2
         shape = f"prefill {b} x {s} h=128 d=192/128 causal"
         op = lambda: torch.ops.mlakit.prefill(q, k, v, cu, cu, scale, True)  # noqa: E731
-        ms = gpu_ms(op, reps)
-        rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
         qd, kd, vd = (x.view(b, s, h, -1).transpose(1, 2) for x in (q, k, v))
+        sdpa = lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale)  # noqa: E731
         try:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                sdpa = lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale)  # noqa: E731
-                ms = gpu_ms(sdpa, reps)
-                rows.append((shape, f"torch SDPA cuDNN ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(sdpa), ms))
-        except RuntimeError as e:  # cuDNN attention unavailable in this torch build
+                sdpa()  # raises where this torch build has no cuDNN attention
+                ms, ms_sdpa = gpu_ms_alternating([op, sdpa], reps)  # both timed before any host loop warms the GPU
+                host_sdpa = host_us(sdpa)
+        except RuntimeError as e:
+            ms = gpu_ms(op, reps)
+            rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
             rows.append((shape, f"torch SDPA cuDNN: {str(e).splitlines()[0][:60]}", float("nan"), float("nan")))
+            continue
+        rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
+        rows.append((shape, f"torch SDPA cuDNN ({flops / ms_sdpa * 1e-9:.1f} TFLOP/s)", host_sdpa, ms_sdpa))
     return rows
 
 
