@@ -6,10 +6,11 @@ run (issue 10's anchor, timed the same way). Needs a CUDA device, torch and the 
 
 Host us: calls enqueued back to back without synchronisation, the median over 5 batches of 40 (the GPU synchronised
 between batches, outside the measurement): the CPU an engine spends per eager call. GPU ms: median of --reps calls timed by CUDA events, the L2
-flushed (256 MB written) before each. The prefill rows time MLAKit's op and cuDNN alternately, one call of each per
-repetition, and both before any host-time loop: under a long run of back-to-back calls the GPU reaches its power limit
-and lowers its clock, so a figure taken right after another call's loop is slower by that much (on an H200, 10 - 14%;
-docs/performance.md, "Clocks under sustained load"). Prints a table; --json FILE writes every row.
+flushed (256 MB written) before each. The prefill rows time MLAKit's op and cuDNN in turn, one call of each per
+repetition (in the other order every other one), and take every shape's GPU times before any host-time loop: under a
+long run of back-to-back calls the GPU reaches its power limit and lowers its clock, so a figure taken right after
+another call's loop is slower by that much (on an H200, 10 - 14%; docs/performance.md, "Clocks under sustained load").
+Prints a table; --json FILE writes every row.
 
     PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json] [--sections decode,sparse,prefill]
 """
@@ -58,21 +59,24 @@ def gpu_ms(fn, reps: int) -> float:
 
 
 def gpu_ms_alternating(fns, reps: int) -> list:
-    """The median GPU time of each of `fns`, timed in turn within every repetition (each after an L2 flush), so that
-    all of them meet the same clock as the GPU warms up to its power limit."""
+    """The median GPU time of each of `fns`, timed in turn within every repetition (each after an L2 flush; the order
+    reversed every other repetition), so that all of them meet the same clock as the GPU warms up to its power limit.
+    Each is called once untimed first."""
     global _flush
     if _flush is None:
         _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for fn in fns:
+        fn()
     times = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, t in zip(fns, times):
+    for rep in range(reps):
+        for i in range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns))):
             _flush.zero_()
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            fns[i]()
             stop.record()
             torch.cuda.synchronize()
-            t.append(start.elapsed_time(stop))
+            times[i].append(start.elapsed_time(stop))
     return [statistics.median(t) for t in times]
 
 
@@ -152,36 +156,45 @@ def rows_sparse_and_append(reps: int):
     return rows
 
 
+def prefill_case(b: int, s: int, h: int = 128, dqk: int = 192, dv: int = 128):
+    """One prefill shape: (label, FLOPs, MLAKit's op, torch SDPA on the same pairs as a padded dense batch)."""
+    q = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
+    k = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
+    v = torch.randn((b * s, h, dv), device="cuda", dtype=torch.bfloat16)
+    cu = torch.arange(0, (b + 1) * s, s, device="cuda", dtype=torch.int32)
+    scale = dqk**-0.5
+    qd, kd, vd = (x.view(b, s, h, -1).transpose(1, 2) for x in (q, k, v))
+
+    def op():
+        return torch.ops.mlakit.prefill(q, k, v, cu, cu, scale, True)
+
+    def sdpa():
+        return F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale)
+
+    return f"prefill {b} x {s} h={h} d={dqk}/{dv} causal", 2 * h * (dqk + dv) * b * s * (s + 1) / 2, op, sdpa
+
+
 def rows_prefill(reps: int):
     """MLAKit's prefill op against torch SDPA with the cuDNN backend on the same padded-free shapes (one request per
     batch entry, all of equal length, so the dense padded batch attends exactly the same pairs), causal, h = 128."""
-    rows = []
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    h, dqk, dv = 128, 192, 128
-    for b, s in [(1, 16384), (4, 4096), (1, 4096), (64, 512)]:
-        q = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
-        k = torch.randn((b * s, h, dqk), device="cuda", dtype=torch.bfloat16)
-        v = torch.randn((b * s, h, dv), device="cuda", dtype=torch.bfloat16)
-        cu = torch.arange(0, (b + 1) * s, s, device="cuda", dtype=torch.int32)
-        scale = dqk**-0.5
-        flops = 2 * h * (dqk + dv) * b * s * (s + 1) / 2
-        shape = f"prefill {b} x {s} h=128 d=192/128 causal"
-        op = lambda: torch.ops.mlakit.prefill(q, k, v, cu, cu, scale, True)  # noqa: E731
-        qd, kd, vd = (x.view(b, s, h, -1).transpose(1, 2) for x in (q, k, v))
-        sdpa = lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, scale=scale)  # noqa: E731
+    cases = [prefill_case(b, s) for b, s in [(1, 16384), (4, 4096), (1, 4096), (64, 512)]]
+    rows = []
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):  # around every SDPA call below, so no host loop pays for entering it
         try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                sdpa()  # raises where this torch build has no cuDNN attention
-                ms, ms_sdpa = gpu_ms_alternating([op, sdpa], reps)  # both timed before any host loop warms the GPU
-                host_sdpa = host_us(sdpa)
-        except RuntimeError as e:
-            ms = gpu_ms(op, reps)
-            rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
-            rows.append((shape, f"torch SDPA cuDNN: {str(e).splitlines()[0][:60]}", float("nan"), float("nan")))
-            continue
-        rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms * 1e-9:.1f} TFLOP/s)", host_us(op), ms))
-        rows.append((shape, f"torch SDPA cuDNN ({flops / ms_sdpa * 1e-9:.1f} TFLOP/s)", host_sdpa, ms_sdpa))
+            cases[0][3]()
+            cudnn_error = None
+        except RuntimeError as e:  # cuDNN attention unavailable in this torch build
+            cudnn_error = str(e).splitlines()[0][:60]
+        # Every shape's GPU times first, then the host-time loops (module docstring: the power limit).
+        times = [gpu_ms_alternating([op] if cudnn_error else [op, sdpa], reps) for _, _, op, sdpa in cases]
+        for (shape, flops, op, sdpa), ms in zip(cases, times):
+            rows.append((shape, f"torch.ops.mlakit.prefill ({flops / ms[0] * 1e-9:.1f} TFLOP/s)", host_us(op), ms[0]))
+            if cudnn_error is not None:
+                rows.append((shape, f"torch SDPA cuDNN: {cudnn_error}", float("nan"), float("nan")))
+            else:
+                rows.append((shape, f"torch SDPA cuDNN ({flops / ms[1] * 1e-9:.1f} TFLOP/s)", host_us(sdpa), ms[1]))
     return rows
 
 
