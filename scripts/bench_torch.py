@@ -10,7 +10,8 @@ flushed (256 MB written) before each. The prefill rows time MLAKit's op and cuDN
 repetition (in the other order every other one), and take every shape's GPU times before any host-time loop: under a
 long run of back-to-back calls the GPU reaches its power limit and lowers its clock, so a figure taken right after
 another call's loop is slower by that much (on an H200, 10 - 14%; docs/performance.md, "Clocks under sustained load").
-Prints a table; --json FILE writes every row.
+The shapes' timings still follow one another, so their absolute times are those of a GPU under sustained load; the
+op-against-cuDNN ratios are the figures to compare. Prints a table; --json FILE writes every row.
 
     PYTHONPATH=<package> python3 scripts/bench_torch.py [--reps 20] [--json out.json] [--sections decode,sparse,prefill]
 """
