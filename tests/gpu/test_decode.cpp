@@ -628,6 +628,75 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
   EXPECT_TRUE(check_lse(lse_dev, c.lse));
 }
 
+// One plan, then many runs (a step's layers), eagerly and replayed from a CUDA graph of run alone: a run must leave
+// nothing in the workspace that the next run depends on (docs/spec.md section 9: one plan serves every layer). Twenty
+// requests of 33 heads x 2 query tokens (two 64-row blocks on the Hopper path, the second of 2 rows): nineteen of up to
+// 2000 keys, split in one to four parts, and one of 20,000 split over many partitions; the workspace is poisoned before
+// the plan, out and lse before every run. (It caught both faults of a kernel that counted split parts in the
+// workspace, docs/experiments/sm90-merge-in-kernel.patch: counters not reset by a run, or not zeroed by the plan.)
+TEST_P(DecodeEdges, OnePlanServesRepeatedRunsAndReplays) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  std::mt19937_64 rng(31);
+  DecodeCaseConfig cfg;
+  cfg.seq_lens = random_lengths(rng, 20, 2000);
+  cfg.seq_lens[7] = 20000;
+  cfg.h_q = 33;
+  cfg.s_q = 2;
+  cfg.causal = true;
+  cfg.page_size = 64;
+  cfg.seed = 31;
+  DecodeCase c = DecodeCase::generate(cfg);
+  DeviceCase d;
+  d.upload(c, true);
+  ASSERT_TRUE(be.supports(d.problem).ok());
+  ASSERT_TRUE(reference::decode(c.problem()).ok());  // c.out and c.lse now hold the reference
+  const size_t ws_bytes = be.workspace_bytes(d.problem);
+  DeviceBuffer wsb(ws_bytes);
+  CUDA_OK(cudaMemset(wsb.ptr, kPoison, ws_bytes));
+  const Workspace ws{wsb.ptr, ws_bytes};
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const Status planned = be.plan(d.problem, ws, stream);
+  ASSERT_TRUE(planned.ok()) << planned.to_string();
+  auto poison_outputs = [&] {
+    CUDA_OK(cudaMemsetAsync(d.out.ptr, kPoison, c.out.size() * 2, stream));
+    CUDA_OK(cudaMemsetAsync(d.lse.ptr, kPoison, c.lse.size() * 4, stream));
+  };
+  auto check = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> out_dev(c.out.size());
+    std::vector<float> lse_dev(c.lse.size());
+    CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
+    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  };
+  for (int run = 0; run < 3; ++run) {
+    poison_outputs();
+    const Status st = be.run(d.problem, ws, stream);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    check("run " + std::to_string(run));
+    if (HasFatalFailure()) return;
+  }
+  cudaGraph_t graph;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status captured = be.run(d.problem, ws, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(captured.ok()) << captured.to_string();
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    poison_outputs();
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    check("replay " + std::to_string(replay));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // ---- CUDA graphs: capture plan + run once, replay with new seq_lens, block tables and q ----
 // Three shapes: MTP (h 32, s_q 2, bf16); one query token at 16 heads with an fp8_e4m3 cache (the few-row kernel on
 // `cuda`; the portable one's fp8 rule applies on the Hopper path, which then declines it); and 40 requests at 16
