@@ -291,7 +291,7 @@ int kernel_dqk(const MlaDims& dims) { return dims.v_whole_row ? kDimQKV4 : kDimQ
 
 Status device_facts(int ordinal, DeviceFacts** out) {
   thread_local std::deque<DeviceFacts> facts;  // indexed by device ordinal (growing it moves no entry)
-  if (ordinal >= 0 && size_t(ordinal) < facts.size() && facts[size_t(ordinal)].valid) {
+  if (ordinal >= 0 && size_t(ordinal) < facts.size() && facts[size_t(ordinal)].info != nullptr) {
     *out = &facts[size_t(ordinal)];
     return {};
   }
@@ -300,8 +300,7 @@ Status device_facts(int ordinal, DeviceFacts** out) {
   if (facts.size() <= size_t(ordinal)) facts.resize(size_t(ordinal) + 1);
   DeviceFacts& f = facts[size_t(ordinal)];
   f = DeviceFacts{};
-  f.valid = true;
-  f.info = info;
+  f.info = info;  // set last: a record with info is complete
   *out = &f;
   return {};
 }

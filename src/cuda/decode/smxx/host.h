@@ -34,8 +34,8 @@ int64_t sparse_requests(const SparseDecodeProblem& p);
 /// run are called for every layer of every step, and the queries (device attributes, function attributes, occupancy)
 /// cost the host several microseconds each.
 struct DeviceFacts {
-  bool valid = false;
-  const DeviceInfo* info = nullptr;  // cached_device_info's record of the device (stable for the thread's life)
+  const DeviceInfo* info = nullptr;  // cached_device_info's record of the device (stable for the thread's life); null:
+                                     // not yet asked
   // Whether the Hopper decode's sm_90a image loads on the device (decode_sm90_available); false = not yet asked, or
   // the last asking failed (asked again then).
   bool sm90_loadable = false;
