@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "common/decode_case.h"
@@ -16,19 +17,22 @@ namespace mlakit::test {
 /// A dense decode case on device `device`, which upload() makes current (the buffers must live where the problem
 /// says they do). `ws` is left to the caller.
 struct DeviceDecodeCase {
-  DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale, ws;
+  DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale, ws, k_pe_cache, table_indptr;
   DecodeProblem problem;
 
-  /// `scale_on_device`: fp8_e4m3's scale read from a device scalar instead of the problem's value.
-  void upload(const DecodeCase& c, bool scale_on_device, int device = 0) {
+  /// `scale_on_device`: fp8_e4m3's scale read from a device scalar, and the problem's kv_scale_value NaN, so that a
+  /// kernel that read the value instead would fail. `cache_bytes`: room for a larger cache later (refill).
+  void upload(const DecodeCase& c, bool scale_on_device, int device = 0, size_t cache_bytes = 0) {
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess) << "cuda:" << device;  // left current: the caller's calls go there
     DeviceBuffer::upload(&q, c.q);
-    DeviceBuffer::upload(&cache, c.cache);
+    DeviceBuffer::upload(&cache, c.cache, cache_bytes);
     DeviceBuffer::upload(&block_table, c.block_table);
     DeviceBuffer::upload(&seq_lens, c.seq_lens);
     DeviceBuffer::upload(&out, c.out);
     DeviceBuffer::upload(&lse, c.lse);
     DeviceBuffer::upload(&scale, std::vector<float>{c.config.kv_scale});
+    DeviceBuffer::upload(&k_pe_cache, c.k_pe_cache);      // split caches only (split_case)
+    DeviceBuffer::upload(&table_indptr, c.table_indptr);  // flat block tables only (split_case)
     DecodeBuffers at;
     at.q = q.get();
     at.cache = cache.get();
@@ -37,9 +41,13 @@ struct DeviceDecodeCase {
     at.out = out.get();
     at.lse = lse.get();
     at.kv_scale = scale_on_device ? scale.as<float>() : nullptr;
+    at.k_pe_cache = k_pe_cache.get();
+    at.block_table_indptr = table_indptr.get();
     problem = c.problem(at, Device::cuda(device));
+    if (scale_on_device) problem.kv.kv_scale_value = std::numeric_limits<float>::quiet_NaN();
   }
-  /// New contents of the same sizes (a case built with the same lengths), outputs poisoned again.
+  /// New contents of the same sizes (a case built with the same lengths; a cache up to upload's cache_bytes),
+  /// outputs poisoned again, the scale as the new case has it.
   void refill(const DecodeCase& c) {
     q.copy_from(c.q);
     cache.copy_from(c.cache);
@@ -47,7 +55,11 @@ struct DeviceDecodeCase {
     seq_lens.copy_from(c.seq_lens);
     out.copy_from(c.out);
     lse.copy_from(c.lse);
+    scale.copy_from(std::vector<float>{c.config.kv_scale});
   }
+  /// out's 16-bit values and lse as the device holds them, in the case's sizes.
+  std::vector<uint16_t> out_bits(const DecodeCase& c) const { return out.download<uint16_t>(c.out.size()); }
+  std::vector<float> lse_values(const DecodeCase& c) const { return lse.download<float>(c.lse.size()); }
 };
 
 /// A sparse decode case on device `device` (made current by upload()); `ws` is left to the caller.
@@ -55,6 +67,7 @@ struct DeviceSparseCase {
   DeviceBuffer q, cache, indices, topk_length, attn_sink, out, lse, scale, ws;
   SparseDecodeProblem problem;
 
+  /// `scale_on_device` as for DeviceDecodeCase::upload (the problem's kv_scale_value then NaN).
   void upload(const SparseCase& c, bool scale_on_device, int device = 0) {
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess) << "cuda:" << device;  // left current: the caller's calls go there
     DeviceBuffer::upload(&q, c.q);
@@ -75,6 +88,7 @@ struct DeviceSparseCase {
     at.lse = lse.get();
     at.kv_scale = scale_on_device ? scale.as<float>() : nullptr;
     problem = c.problem(at, Device::cuda(device));
+    if (scale_on_device) problem.kv.kv_scale_value = std::numeric_limits<float>::quiet_NaN();
   }
 };
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -34,25 +35,29 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
   }
+  /// A new allocation of `bytes` (the previous one, if any, freed); null when cudaMalloc fails.
   void allocate(size_t bytes) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
     bytes_ = bytes;
     // One extra 256-byte granule so zero-sized buffers still get a distinct, aligned pointer.
     if (cudaMalloc(&ptr_, bytes + 256) != cudaSuccess) ptr_ = nullptr;
   }
+  /// `host` in a new allocation of at least `min_bytes` (room for later, larger contents).
   template <class T>
-  static void upload(DeviceBuffer* b, const std::vector<T>& host) {
-    b->allocate(host.size() * sizeof(T));
-    if (!host.empty()) cudaMemcpy(b->ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  static void upload(DeviceBuffer* b, const std::vector<T>& host, size_t min_bytes = 0) {
+    b->allocate(std::max(host.size() * sizeof(T), min_bytes));
+    b->copy_from(host);
   }
+  /// The first `count` elements; a failed copy is a test failure.
   template <class T>
   std::vector<T> download(size_t count) const {
     std::vector<T> host(count);
-    if (count > 0) cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
+    if (count > 0) expect_copied(cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
   template <class T>
   void copy_from(const std::vector<T>& host) {
-    if (!host.empty()) cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    if (!host.empty()) expect_copied(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
   void* get() const { return ptr_; }
   template <class T>
@@ -60,6 +65,9 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  static void expect_copied(cudaError_t err) {
+    EXPECT_EQ(err, cudaSuccess) << "cudaMemcpy: " << cudaGetErrorString(err);
+  }
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -24,6 +23,7 @@
 #include "common/decode_case.h"
 #include "common/npy.h"
 #include "cuda/decode/sm80/host_sm80.h"
+#include "device_case.h"
 #include "hopper_fp8_rule.h"
 #include "mlakit/registry.h"
 #include "reference/ops.h"
@@ -36,21 +36,6 @@ constexpr int64_t kDimC = 512;
 constexpr int64_t kDimQK = 576;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
-
-/// Owning device allocation.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    if (cudaMalloc(&ptr, n > 0 ? n : 1) != cudaSuccess) ptr = nullptr;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
 
 bool has_gpu() {
   int n = 0;
@@ -75,40 +60,14 @@ const Backend& backend_named(const std::string& name) {
     if (!avail_.ok()) GTEST_SKIP() << (be).name() << ": " << avail_.message();      \
   } while (0)
 
-/// The case's buffers on the device, outputs and workspace poisoned.
-struct DeviceCase {
-  DeviceBuffer q, cache, block_table, seq_lens, out, lse, scale, ws, k_pe_cache, table_indptr;
-  DecodeProblem problem;
-
-  void upload(const DecodeCase& c, bool scale_on_device, size_t cache_capacity = 0) {
-    auto up = [](DeviceBuffer& d, const void* src, size_t n, size_t cap) {
-      if (d.ptr == nullptr) new (&d) DeviceBuffer(std::max(n, cap));
-      if (n > 0) cudaMemcpy(d.ptr, src, n, cudaMemcpyHostToDevice);
-    };
-    up(q, c.q.data(), c.q.size() * 2, 0);
-    up(cache, c.cache.data(), c.cache.size(), cache_capacity);
-    up(block_table, c.block_table.data(), c.block_table.size() * 4, 0);
-    up(seq_lens, c.seq_lens.data(), c.seq_lens.size() * 4, 0);
-    up(out, c.out.data(), c.out.size() * 2, 0);
-    if (!c.lse.empty()) up(lse, c.lse.data(), c.lse.size() * 4, 0);
-    up(scale, &c.config.kv_scale, sizeof(float), 0);
-    if (!c.k_pe_cache.empty()) up(k_pe_cache, c.k_pe_cache.data(), c.k_pe_cache.size(), 0);
-    if (!c.table_indptr.empty()) up(table_indptr, c.table_indptr.data(), c.table_indptr.size() * 4, 0);
-    DecodeBuffers at;
-    at.k_pe_cache = k_pe_cache.ptr;
-    at.block_table_indptr = table_indptr.ptr;
-    at.q = q.ptr;
-    at.cache = cache.ptr;
-    at.block_table = block_table.ptr;
-    at.seq_lens = seq_lens.ptr;
-    at.out = out.ptr;
-    at.lse = lse.ptr;
-    at.kv_scale = scale_on_device ? static_cast<const float*>(scale.ptr) : nullptr;
-    problem = c.problem(at, Device::cuda(0));
-    // With the scale on the device the value must not be used: NaN here makes a kernel that reads it fail.
-    if (scale_on_device) problem.kv.kv_scale_value = std::numeric_limits<float>::quiet_NaN();
+/// out and lse on the device against the reference values that `c` holds (after reference::decode of its problem).
+void expect_outputs_match(const DeviceDecodeCase& d, const DecodeCase& c) {
+  const DType dtype = c.config.q_dtype;
+  EXPECT_TRUE(check_out(to_floats(d.out_bits(c), dtype), c.out_floats(), c.row_vmax(), kDimC, dtype));
+  if (!c.lse.empty()) {
+    EXPECT_TRUE(check_lse(d.lse_values(c), c.lse));
   }
-};
+}
 
 /// Runs plan + run on the device, copies out/lse back and compares with the reference on the host. `declined`: when
 /// given, a call the backend declines by its documented fp8 row rule sets it and returns (the caller goes on to its
@@ -118,7 +77,7 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be, bool*
                " h_q=" + std::to_string(c.config.h_q) + " P=" + std::to_string(c.config.page_size) +
                " format=" + kv_format_name(c.config.format) + " causal=" + std::to_string(c.config.causal) +
                " seed=" + std::to_string(c.config.seed));
-  DeviceCase d;
+  DeviceDecodeCase d;
   d.upload(c, scale_on_device);
   const Status sup = be.supports(d.problem);
   // The one refusal that skips (hopper_fp8_rule.h; DecodeSelection checks the rule); any other refusal, of any
@@ -133,21 +92,14 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be, bool*
   ASSERT_TRUE(sup.ok()) << sup.to_string();
   const size_t ws_bytes = be.workspace_bytes(d.problem);
   ASSERT_GT(ws_bytes, 0u);
-  new (&d.ws) DeviceBuffer(ws_bytes);
-  CUDA_OK(cudaMemset(d.ws.ptr, kPoison, ws_bytes));  // the caller need not zero it
-  const Workspace ws{d.ws.ptr, ws_bytes};
+  d.ws.allocate(ws_bytes);
+  CUDA_OK(cudaMemset(d.ws.get(), kPoison, ws_bytes));  // the caller need not zero it
+  const Workspace ws{d.ws.get(), ws_bytes};
   Status st = be.plan(d.problem, ws, nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
   st = be.run(d.problem, ws, nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
-
-  std::vector<uint16_t> out_dev(c.out.size());
-  std::vector<float> lse_dev(c.lse.size());
-  CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
-  if (!lse_dev.empty()) {
-    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
-  }
 
   // The reference reads the scale through a pointer, as the device does, so that a scale validation cannot see (0,
   // negative: only kv_scale_value is checked) has a reference too.
@@ -156,13 +108,7 @@ void run_and_check(DecodeCase& c, bool scale_on_device, const Backend& be, bool*
   host.kv_scale = &scale;
   const Status ref = reference::decode(c.problem(host, Device::cpu()));
   ASSERT_TRUE(ref.ok()) << ref.to_string();
-  const std::vector<float> out_ref = c.out_floats();
-  const std::vector<float> out_got = to_floats(out_dev, c.config.q_dtype);
-  const std::vector<float> vmax = c.row_vmax();
-  EXPECT_TRUE(check_out(out_got, out_ref, vmax, kDimC, c.config.q_dtype));
-  if (!lse_dev.empty()) {
-    EXPECT_TRUE(check_lse(lse_dev, c.lse));
-  }
+  expect_outputs_match(d, c);
 }
 
 /// Random lengths: empty slots, shorter than s_q, inside one tile, across pages and tiles.
@@ -262,7 +208,7 @@ TEST_P(DecodeForms, SplitCacheAndFlatTableMatchReference) {
       cfg.seed = seed++;
       DecodeCase c = test::split_case(DecodeCase::generate(cfg), split, flat);
       if (split && backend == "cuda_sm90") {  // the Hopper path reads each row from one tensor: refused by name
-        DeviceCase d;
+        DeviceDecodeCase d;
         d.upload(c, true);
         const Status st = be.supports(d.problem);
         EXPECT_EQ(st.code(), StatusCode::kNotSupported);
@@ -283,8 +229,8 @@ TEST(SplitCacheRefusals, OtherCudaOpsNameTheSplitCache) {
   SKIP_UNLESS_AVAILABLE(cuda);
   const Device dev = Device::cuda(0);
   DeviceBuffer mem(size_t(8) << 20);
-  ASSERT_NE(mem.ptr, nullptr);
-  uint8_t* base = static_cast<uint8_t*>(mem.ptr);
+  ASSERT_NE(mem.get(), nullptr);
+  uint8_t* base = mem.as<uint8_t>();
   KvCacheView kv;
   kv.format = KvFormat::kBF16;
   kv.pages = TensorView::contiguous(base, DType::kUInt8, {2, 16, 1024}, dev);
@@ -599,33 +545,28 @@ TEST_P(DecodeEdges, CachePast2To31Elements) {
   const int64_t page_bytes = c.page_stride_bytes;
   const int64_t offset_pages = ((int64_t(1) << 32) + page_bytes - 1) / page_bytes + 1;  // > 2^31 bf16 elements
   const size_t total = size_t(offset_pages * page_bytes) + c.cache.size();
-  DeviceCase d;
+  DeviceDecodeCase d;
   d.upload(c, true);
   DeviceBuffer big(total);
-  ASSERT_NE(big.ptr, nullptr) << "cannot allocate " << total << " bytes";
-  CUDA_OK(cudaMemset(big.ptr, kPoison, total));
-  CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(big.ptr) + offset_pages * page_bytes, c.cache.data(), c.cache.size(),
+  ASSERT_NE(big.get(), nullptr) << "cannot allocate " << total << " bytes";
+  CUDA_OK(cudaMemset(big.get(), kPoison, total));
+  CUDA_OK(cudaMemcpy(big.as<uint8_t>() + offset_pages * page_bytes, c.cache.data(), c.cache.size(),
                      cudaMemcpyHostToDevice));
   std::vector<int32_t> table = c.block_table;
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t j = 0; j < (c.seq_lens[b] + cfg.page_size - 1) / cfg.page_size; ++j)
       table[b * c.table_row_stride + j] += int32_t(offset_pages);
-  CUDA_OK(cudaMemcpy(d.block_table.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  d.block_table.copy_from(table);
   DecodeProblem p = d.problem;
-  p.kv.pages.data = big.ptr;
+  p.kv.pages.data = big.get();
   p.kv.pages.shape[0] = offset_pages + c.num_pages;
   const size_t ws_bytes = be.workspace_bytes(p);
   DeviceBuffer ws(ws_bytes);
-  ASSERT_TRUE(be.plan(p, {ws.ptr, ws_bytes}, nullptr).ok());
-  ASSERT_TRUE(be.run(p, {ws.ptr, ws_bytes}, nullptr).ok());
+  ASSERT_TRUE(be.plan(p, {ws.get(), ws_bytes}, nullptr).ok());
+  ASSERT_TRUE(be.run(p, {ws.get(), ws_bytes}, nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> out_dev(c.out.size());
-  std::vector<float> lse_dev(c.lse.size());
-  CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
   ASSERT_TRUE(reference::decode(c.problem()).ok());
-  EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
-  EXPECT_TRUE(check_lse(lse_dev, c.lse));
+  expect_outputs_match(d, c);
 }
 
 // One plan, then many runs (a step's layers), eagerly and replayed from a CUDA graph of run alone: a run must leave
@@ -647,31 +588,26 @@ TEST_P(DecodeEdges, OnePlanServesRepeatedRunsAndReplays) {
   cfg.page_size = 64;
   cfg.seed = 31;
   DecodeCase c = DecodeCase::generate(cfg);
-  DeviceCase d;
+  DeviceDecodeCase d;
   d.upload(c, true);
   ASSERT_TRUE(be.supports(d.problem).ok());
   ASSERT_TRUE(reference::decode(c.problem()).ok());  // c.out and c.lse now hold the reference
   const size_t ws_bytes = be.workspace_bytes(d.problem);
-  DeviceBuffer wsb(ws_bytes);
-  CUDA_OK(cudaMemset(wsb.ptr, kPoison, ws_bytes));
-  const Workspace ws{wsb.ptr, ws_bytes};
+  d.ws.allocate(ws_bytes);
+  CUDA_OK(cudaMemset(d.ws.get(), kPoison, ws_bytes));
+  const Workspace ws{d.ws.get(), ws_bytes};
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Status planned = be.plan(d.problem, ws, stream);
   ASSERT_TRUE(planned.ok()) << planned.to_string();
   auto poison_outputs = [&] {
-    CUDA_OK(cudaMemsetAsync(d.out.ptr, kPoison, c.out.size() * 2, stream));
-    CUDA_OK(cudaMemsetAsync(d.lse.ptr, kPoison, c.lse.size() * 4, stream));
+    CUDA_OK(cudaMemsetAsync(d.out.get(), kPoison, c.out.size() * 2, stream));
+    CUDA_OK(cudaMemsetAsync(d.lse.get(), kPoison, c.lse.size() * 4, stream));
   };
   auto check = [&](const std::string& what) {
     SCOPED_TRACE(what);
     CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> out_dev(c.out.size());
-    std::vector<float> lse_dev(c.lse.size());
-    CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
-    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+    expect_outputs_match(d, c);
   };
   for (int run = 0; run < 3; ++run) {
     poison_outputs();
@@ -741,14 +677,14 @@ void graph_replays(const Backend& be, const GraphShape& shape) {
   };
   DecodeCase first = make(100);
   const int64_t max_pages = batch * ((kMaxLen + 31) / 32) + first.config.extra_pages;
-  DeviceCase d;
-  d.upload(first, true, size_t(max_pages * first.page_stride_bytes));
+  DeviceDecodeCase d;
+  d.upload(first, true, 0, size_t(max_pages * first.page_stride_bytes));
   DecodeProblem p = d.problem;
   p.kv.pages.shape[0] = max_pages;
   if (is_fp8_row_refusal(be.supports(p))) return;  // the Hopper path's fp8 row rule (hopper_fp8_rule.h)
   const size_t ws_bytes = be.workspace_bytes(p);
-  new (&d.ws) DeviceBuffer(ws_bytes);
-  const Workspace ws{d.ws.ptr, ws_bytes};
+  d.ws.allocate(ws_bytes);
+  const Workspace ws{d.ws.get(), ws_bytes};
 
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -767,22 +703,11 @@ void graph_replays(const Backend& be, const GraphShape& shape) {
     DecodeCase c = make(200 + rep);
     ASSERT_EQ(c.table_row_stride, first.table_row_stride);
     ASSERT_LE(c.num_pages, max_pages);
-    CUDA_OK(cudaMemcpy(d.q.ptr, c.q.data(), c.q.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.cache.ptr, c.cache.data(), c.cache.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.block_table.ptr, c.block_table.data(), c.block_table.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.seq_lens.ptr, c.seq_lens.data(), c.seq_lens.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.out.ptr, c.out.data(), c.out.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.lse.ptr, c.lse.data(), c.lse.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.scale.ptr, &c.config.kv_scale, sizeof(float), cudaMemcpyHostToDevice));
+    d.refill(c);  // the new case's q, cache, table, lengths and scale; outputs poisoned
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> out_dev(c.out.size());
-    std::vector<float> lse_dev(c.lse.size());
-    CUDA_OK(cudaMemcpy(out_dev.data(), d.out.ptr, out_dev.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(lse_dev.data(), d.lse.ptr, lse_dev.size() * 4, cudaMemcpyDeviceToHost));
     ASSERT_TRUE(reference::decode(c.problem()).ok());
-    EXPECT_TRUE(check_out(to_floats(out_dev, DType::kBF16), c.out_floats(), c.row_vmax(), kDimC, DType::kBF16));
-    EXPECT_TRUE(check_lse(lse_dev, c.lse));
+    expect_outputs_match(d, c);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -798,7 +723,7 @@ TEST_P(DecodeSupports, RefusesWhatItDoesNotImplement) {
   {
     cfg.page_size = 8;
     DecodeCase c = DecodeCase::generate(cfg);
-    DeviceCase d;
+    DeviceDecodeCase d;
     d.upload(c, true);
     const Status st = be.supports(d.problem);
     EXPECT_EQ(st.code(), StatusCode::kNotSupported);
@@ -808,7 +733,7 @@ TEST_P(DecodeSupports, RefusesWhatItDoesNotImplement) {
     cfg.page_size = 64;
     cfg.dims = MlaDims{256, 32};
     DecodeCase c = DecodeCase::generate(cfg);
-    DeviceCase d;
+    DeviceDecodeCase d;
     d.upload(c, true);
     const Status st = be.supports(d.problem);
     EXPECT_EQ(st.code(), StatusCode::kNotSupported);
@@ -819,7 +744,7 @@ TEST_P(DecodeSupports, RefusesWhatItDoesNotImplement) {
     cfg.format = KvFormat::kBF16;
     cfg.q_dtype = DType::kFP16;
     DecodeCase c = DecodeCase::generate(cfg);
-    DeviceCase d;
+    DeviceDecodeCase d;
     d.upload(c, true);
     const Status st = be.supports(d.problem);
     EXPECT_EQ(st.code(), StatusCode::kNotSupported);
@@ -836,23 +761,23 @@ TEST_P(DecodeSupports, RefusesOutRowsNot16ByteAligned) {
   DecodeCaseConfig cfg;
   cfg.seq_lens = {5, 70};
   DecodeCase c = DecodeCase::generate(cfg);
-  DeviceCase d;
+  DeviceDecodeCase d;
   d.upload(c, true);
   ASSERT_TRUE(be.supports(d.problem).ok()) << be.supports(d.problem).message();
   const TensorView out = d.problem.out;  // [b, s_q, h_q, d_c], contiguous
   const int64_t padded = out.shape[3] + 4;  // 8 bytes more per row: rows 8-byte, not 16-byte, aligned
   DeviceBuffer room(size_t(out.shape[0] * out.shape[1] * out.shape[2] * padded * 2 + 16));
-  ASSERT_NE(room.ptr, nullptr);
+  ASSERT_NE(room.get(), nullptr);
   {
     DecodeProblem p = d.problem;
-    p.out.data = static_cast<uint8_t*>(room.ptr) + 8;
+    p.out.data = room.as<uint8_t>() + 8;
     const Status st = be.supports(p);
     EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
     EXPECT_NE(st.message().find("out.data"), std::string::npos) << st.message();
   }
   {
     DecodeProblem p = d.problem;
-    p.out.data = room.ptr;
+    p.out.data = room.get();
     p.out.stride[2] = padded;
     p.out.stride[1] = out.shape[2] * padded;  // h_q = 16: 16-byte multiples, so only stride[2] is refused
     p.out.stride[0] = out.shape[1] * p.out.stride[1];
@@ -874,7 +799,7 @@ TEST(DecodeSelection, HopperPathChosenOnlyWhereItRuns) {
   DecodeCase fp8 = DecodeCase::generate(cfg);  // 16 query rows per request
   cfg.s_q = 2;
   DecodeCase fp8_32 = DecodeCase::generate(cfg);  // 32
-  DeviceCase d16, d8, d8_32;
+  DeviceDecodeCase d16, d8, d8_32;
   d16.upload(bf16, true);
   d8.upload(fp8, true);
   d8_32.upload(fp8_32, true);
@@ -941,35 +866,33 @@ TEST_P(DecodeGolden, FlashMlaDenseCases) {
     const int64_t num_pages = kv.shape[0], page = kv.shape[1];
     const bool causal = manifest_causal(manifest, name);
 
-    DeviceBuffer dq(q.data.size()), dkv(kv.data.size()), dbt(bt.data.size()), dsl(sl.data.size());
-    DeviceBuffer dout(size_t(b * s_q * h_q * kDimC * 2)), dlse(size_t(b * s_q * h_q * 4));
-    CUDA_OK(cudaMemcpy(dq.ptr, q.data.data(), q.data.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dkv.ptr, kv.data.data(), kv.data.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dbt.ptr, bt.data.data(), bt.data.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dsl.ptr, sl.data.data(), sl.data.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(dout.ptr, kPoison, dout.bytes));
-    CUDA_OK(cudaMemset(dlse.ptr, kPoison, dlse.bytes));
+    const size_t rows = size_t(b * s_q * h_q);
+    DeviceBuffer dq, dkv, dbt, dsl, dout, dlse;
+    DeviceBuffer::upload(&dq, q.data);
+    DeviceBuffer::upload(&dkv, kv.data);
+    DeviceBuffer::upload(&dbt, bt.data);
+    DeviceBuffer::upload(&dsl, sl.data);
+    DeviceBuffer::upload(&dout, std::vector<uint8_t>(rows * kDimC * 2, kPoison));
+    DeviceBuffer::upload(&dlse, std::vector<uint8_t>(rows * 4, kPoison));
 
     DecodeProblem p;
-    p.q = TensorView::contiguous(dq.ptr, DType::kBF16, {b, s_q, h_q, kDimQK}, Device::cuda(0));
-    p.kv = KvCacheView::contiguous(dkv.ptr, KvFormat::kBF16, num_pages, page, MlaDims{}, Device::cuda(0));
-    p.block_table = TensorView::contiguous(dbt.ptr, DType::kInt32, {b, bt.shape[1]}, Device::cuda(0));
-    p.seq_lens = TensorView::contiguous(dsl.ptr, DType::kInt32, {b}, Device::cuda(0));
-    p.out = TensorView::contiguous(dout.ptr, DType::kBF16, {b, s_q, h_q, kDimC}, Device::cuda(0));
-    p.lse = TensorView::contiguous(dlse.ptr, DType::kFP32, {b, s_q, h_q}, Device::cuda(0));
+    p.q = TensorView::contiguous(dq.get(), DType::kBF16, {b, s_q, h_q, kDimQK}, Device::cuda(0));
+    p.kv = KvCacheView::contiguous(dkv.get(), KvFormat::kBF16, num_pages, page, MlaDims{}, Device::cuda(0));
+    p.block_table = TensorView::contiguous(dbt.get(), DType::kInt32, {b, bt.shape[1]}, Device::cuda(0));
+    p.seq_lens = TensorView::contiguous(dsl.get(), DType::kInt32, {b}, Device::cuda(0));
+    p.out = TensorView::contiguous(dout.get(), DType::kBF16, {b, s_q, h_q, kDimC}, Device::cuda(0));
+    p.lse = TensorView::contiguous(dlse.get(), DType::kFP32, {b, s_q, h_q}, Device::cuda(0));
     p.softmax_scale = kDeepSeekSoftmaxScale;
     p.causal = causal;
-      const size_t ws_bytes = be.workspace_bytes(p);
+    const size_t ws_bytes = be.workspace_bytes(p);
     DeviceBuffer ws(ws_bytes);
-    Status st = be.plan(p, {ws.ptr, ws_bytes}, nullptr);
+    Status st = be.plan(p, {ws.get(), ws_bytes}, nullptr);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    st = be.run(p, {ws.ptr, ws_bytes}, nullptr);
+    st = be.run(p, {ws.get(), ws_bytes}, nullptr);
     ASSERT_TRUE(st.ok()) << st.to_string();
     CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint16_t> got(size_t(b * s_q * h_q * kDimC));
-    std::vector<float> got_lse(size_t(b * s_q * h_q));
-    CUDA_OK(cudaMemcpy(got.data(), dout.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got_lse.data(), dlse.ptr, got_lse.size() * 4, cudaMemcpyDeviceToHost));
+    const std::vector<uint16_t> got = dout.download<uint16_t>(rows * kDimC);
+    const std::vector<float> got_lse = dlse.download<float>(rows);
 
     // FlashMLA's conventions -> MLAKit's: lse [b, h_q, s_q] -> [b, s_q, h_q], +inf (empty) -> -inf.
     const std::vector<uint16_t> kv_bits = kv.to_vector<uint16_t>();
