@@ -52,7 +52,9 @@ Status prefill_sm90_supports(const PrefillProblem& p) {
   using cache::unsupported;
   const int64_t d_qk = p.q.shape[2], d_v = p.v.shape[2];
   if (!((d_qk == 192 || d_qk == 128) && d_v == 128)) {
-    return unsupported("(d_qk, d_v)", "(" + std::to_string(d_qk) + ", " + std::to_string(d_v) + ")",
+    // The pair appended to a std::string: "(" + std::to_string(...) makes GCC 12 warn of a memcpy overlap that cannot
+    // happen (-Wrestrict on operator+(const char*, string&&), GCC bug 105329).
+    return unsupported("(d_qk, d_v)", std::string("(").append(std::to_string(d_qk)) + ", " + std::to_string(d_v) + ")",
                        "the cuda_sm90 prefill kernel is compiled for (192, 128) and (128, 128)");
   }
   MLAKIT_TRY(prefill::check_rows(p, prefill::sm90::kWhy));
