@@ -122,6 +122,29 @@ TEST_P(CudaPrefillLong, ManyRequestsTakeSeveralSearchRounds) {
   }
 }
 
+// The Hopper kernel's persistent launch (requests averaging at most 1,024 keys and more (slot, head) items than SMs:
+// sm90/kernel.cuh): 8 heads over 60 requests, so each CTA of a 132-SM GPU walks about eight items, among them slots
+// with no rows (empty requests, the last slot of a request whose length is a multiple of 128), blocks whose last key
+// tile is partial (copied row by row, its stage later refilled by TMA for another item) and whole ones, causal and
+// not, so the K/V ring, the Q hand-over and their barrier phases run on from item to item. The portable path takes
+// one CTA per block.
+TEST_P(CudaPrefillLong, ManyShortRequestsPerSm) {
+  const int lqs[] = {0, 1, 5, 64, 127, 128, 129, 200, 256, 300};
+  const int extra_keys[] = {0, 3, 70, 129};
+  for (const bool causal : {true, false}) {
+    PrefillCaseConfig cfg;
+    cfg.h_q = 8;
+    cfg.causal = causal;
+    for (int r = 0; r < 60; ++r) {
+      const int lq = lqs[(r * 7) % 10];
+      cfg.lens.push_back({lq, lq + extra_keys[r % 4]});
+    }
+    cfg.seed = 95 + (causal ? 1 : 0);
+    expect_matches_reference(cfg, GetParam());
+    if (HasFatalFailure()) return;
+  }
+}
+
 // 64 requests fill one search round exactly (block_of_slot tests 64 candidates per round): the last request is the
 // round's last candidate, the one whose next cu_seqlens entries no lane of the round holds, and every request must
 // still find its own rows and keys.

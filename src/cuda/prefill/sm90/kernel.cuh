@@ -9,6 +9,13 @@
 //         P = 0 never meets a NaN of memory that is not the request's).
 // The two consumers overlap each other (one's softmax under the other's products); the K (or V) part of a stage is
 // refilled once both released it: K right after their Q K^T of the tile, V after their P V.
+//
+// Two launch forms (prefill_sm90.cpp picks one): one CTA per (slot, head) item, or, where requests are short,
+// persistent: one CTA per SM walking every gridDim.x-th item in the launch order of the first form (slot fastest, so
+// that the CTAs running together still share a head's keys in L2). A persistent CTA initialises its barriers once,
+// skips an item with no rows in a few instructions where a CTA of the first form was launched for it (64 x 512: 8,192
+// of 40,960 CTAs), and runs its K/V ring on across items: the next item's first tiles load during this one's last.
+// Q is handed back (q_empty) once the consumers' epilogue, which stages out through Q's memory, is done.
 
 #include <cuda.h>
 
@@ -39,10 +46,14 @@ inline constexpr int kReleaseArrivals = kConsumers * kWarpgroupThreads / 32;  //
 /// Registers per thread after setmaxnreg (the launch allows 168 at 384 threads): the consumers hold O (64), S (64)
 /// and P (32) and spilled at 168, the producer spilled at 40 (ptxas -v: none at 56 / 224). The consumers take
 /// what the producer gives back, no more (setmaxnreg.inc draws on the CTA's released registers).
+/// The persistent form's producer walks items (their blocks' bounds across the walk) and spilled at 56: 72 / 216 there.
 inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-inline constexpr int kConsumerRegs = 224;
-inline constexpr int kProducerRegs = 56;
-static_assert(kConsumers * (kConsumerRegs - kLaunchRegs) <= kLaunchRegs - kProducerRegs);
+template <bool kPersistent>
+inline constexpr int kConsumerRegs = kPersistent ? 216 : 224;
+template <bool kPersistent>
+inline constexpr int kProducerRegs = kPersistent ? 72 : 56;
+static_assert(kConsumers * (kConsumerRegs<false> - kLaunchRegs) <= kLaunchRegs - kProducerRegs<false>);
+static_assert(kConsumers * (kConsumerRegs<true> - kLaunchRegs) <= kLaunchRegs - kProducerRegs<true>);
 
 inline constexpr int kOperands = 2;  // K and V: each part of a stage has its own full and empty barrier
 enum Operand : int { kK = 0, kV = 1 };
@@ -60,7 +71,8 @@ struct Layout {
   static constexpr int full = stage0 + kStages * stage_bytes;  // uint64 [kOperands][kStages]
   static constexpr int empty = full + kOperands * kStages * 8;  // uint64 [kOperands][kStages]
   static constexpr int q_full = empty + kOperands * kStages * 8;  // uint64
-  static constexpr int total = q_full + 8;
+  static constexpr int q_empty = q_full + 8;  // uint64: the persistent form's hand-back of Q (one arrival per consumer warp)
+  static constexpr int total = q_empty + 8;
   static constexpr int alloc = total + 1024;  // slack to align the base to 1024 bytes
   static_assert(kDQK % kChunkValues == 0 && kDV == 128, "d_v = 128: the P V wgmma is m64n128k16");
   static_assert(alloc <= 227 * 1024);
@@ -86,13 +98,18 @@ __device__ __forceinline__ void load_rows(uint32_t dst, const uint8_t* src, int6
 /// The producer's tile rule, which the consumers repeat to know which tiles need a proxy fence.
 __device__ __forceinline__ bool tile_by_rows(const Block& b, int32_t t) { return int64_t(t + 1) * kBlockN > b.lk; }
 
+/// The producer's work for one block: Q, then its key tiles into the ring from position g0 (the tiles this CTA loaded
+/// before: 0 but in the persistent form). `q_round`: the blocks whose Q this CTA loaded before; from the second on, Q
+/// waits for the consumers to hand the previous one back, so the block's first K tile is issued before it.
 template <int kDQK, int kDV>
 __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
                                              const CUtensorMap* v_map, const Block& b, int h, int32_t n_tiles,
-                                             uint32_t base) {
+                                             uint32_t base, uint32_t g0, uint32_t q_round) {
   using L = Layout<kDQK, kDV>;
   const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
-  if (ptid == 0) {
+  const auto load_q = [&]() {
+    if (ptid != 0) return;
+    if (q_round > 0) mbar_wait(base + L::q_empty, (q_round - 1) & 1);
     mbar_arrive_expect_tx(base + L::q_full, uint32_t(L::kQChunks * kQChunkBytes));
     for (int c = 0; c < L::kQChunks; ++c) {
       for (int half = 0; half < kConsumers; ++half) {
@@ -100,16 +117,21 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
                     h, int32_t(b.q0 + b.m0 + half * kRowsPerConsumer));
       }
     }
-  }
+  };
+  if (q_round == 0 || n_tiles == 0) load_q();
   for (int32_t t = 0; t < n_tiles; ++t) {
-    const int st = t % kStages;
+    const uint32_t g = g0 + uint32_t(t);  // ring position
+    const int st = int(g % kStages);
     const uint32_t stage = base + L::stage0 + st * L::stage_bytes;
     const int64_t key = b.k0 + int64_t(t) * kBlockN;
     const bool by_rows = tile_by_rows(b, t);
+    // A stage's earlier block may have ended in a partial tile written by cp.async (the generic proxy): those writes are
+    // ordered before this block's TMA (the async proxy) rewrites the stage.
+    const bool after_rows = g0 > 0 && t < kStages;
 #pragma unroll
     for (int w = kK; w <= kV; ++w) {  // K, then V, each once its part of the stage is free
       const uint32_t full = base + L::full + (w * kStages + st) * 8;
-      mbar_wait(base + L::empty + (w * kStages + st) * 8, ((t / kStages) & 1) ^ 1);  // a fresh barrier counts as freed once
+      mbar_wait(base + L::empty + (w * kStages + st) * 8, ((g / kStages) & 1) ^ 1);  // a fresh barrier counts as freed once
       const uint32_t dst = stage + (w == kK ? 0 : L::k_stage);
       const int chunks = w == kK ? L::kQChunks : L::kVChunks;
       if (by_rows) {
@@ -119,6 +141,7 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
         load_rows(dst, src, w == kK ? p.k_stride_t : p.v_stride_t, chunks, valid, ptid);
         mbar_arrive_on_cp_async(full);
       } else if (ptid == 0) {
+        if (after_rows) fence_proxy_async();
         mbar_arrive_expect_tx(full, uint32_t(chunks * kTileChunkBytes));
         for (int c = 0; c < chunks; ++c) {
           for (int r = 0; r < kBlockN; r += kBoxRows) {
@@ -129,9 +152,9 @@ __device__ __forceinline__ void run_producer(const PrefillParams& p, const CUten
       } else {
         mbar_arrive(full);
       }
+      if (t == 0 && w == kK && q_round > 0) load_q();
     }
   }
-  cp_async_wait_all();  // no thread leaves with copies in flight
 }
 
 /// Whether every row of out starts on 16 bytes (the pointer and both strides), so that the epilogue may write it in
@@ -190,9 +213,12 @@ __device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, con
   }
 }
 
+/// One consumer's work for one block: its 64 rows over the block's key tiles, taken from ring position g0, with the
+/// block's Q in the q_round-th fill of Q's memory (run_producer); `hand_back_q`: Q's memory is given back after the
+/// epilogue (the persistent form's next block loads its Q there).
 template <bool kBf16, int kDQK, int kDV>
 __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block& b, int h, int32_t n_tiles, int rows,
-                                             uint32_t base, int me) {
+                                             uint32_t base, int me, uint32_t g0, uint32_t q_round, bool hand_back_q) {
   using L = Layout<kDQK, kDV>;
   const int ctid = int(threadIdx.x) - me * kWarpgroupThreads;
   const int warp = ctid / 32, lane = ctid % 32, gid = lane / 4, tig = lane % 4;
@@ -212,10 +238,11 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   uint32_t pa[kBlockN / 16][4];  // P of the previous tile, multiplied into V while this tile's softmax runs
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float alpha[2] = {1.0f, 1.0f};  // rescale of O that the previous tile's softmax asked for
-  const auto stage_of = [&](int32_t t) { return base + L::stage0 + (t % kStages) * L::stage_bytes; };
+  const auto stage_of = [&](int32_t t) { return base + L::stage0 + ((g0 + uint32_t(t)) % kStages) * L::stage_bytes; };
 
   const auto wait_full = [&](int w, int32_t t) {  // K or V of tile t has landed
-    mbar_wait(base + L::full + (w * kStages + t % kStages) * 8, (t / kStages) & 1);
+    const uint32_t g = g0 + uint32_t(t);
+    mbar_wait(base + L::full + (w * kStages + g % kStages) * 8, (g / kStages) & 1);
     if (tile_by_rows(b, t)) fence_proxy_async();  // written through the generic proxy, read by wgmma
   };
   const auto issue_qk = [&](int32_t t) {  // S = Q K^T of tile t (64 x kBlockN), once its K has landed
@@ -284,12 +311,20 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
     }
   };
   const auto release = [&](int w, int32_t t) {  // K or V of tile t goes back to the producer
-    if (lane == 0) mbar_arrive(base + L::empty + (w * kStages + t % kStages) * 8);
+    if (lane == 0) mbar_arrive(base + L::empty + (w * kStages + (g0 + uint32_t(t)) % kStages) * 8);
+  };
+  // Q's memory back to the producer, after this warp's last generic-proxy access to it (the epilogue's staging) is
+  // ordered before the async-proxy TMA that refills it.
+  const auto release_q = [&]() {
+    if (!hand_back_q) return;
+    fence_proxy_async();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(base + L::q_empty);
   };
 
   // Per tile t >= 1: S(t) = Q K^T is issued first, then the previous tile's P V; the softmax of tile t waits for
   // S alone (the older group) and runs while that P V finishes (flash-attention 3's intra-warpgroup overlap).
-  mbar_wait(base + L::q_full, 0);
+  mbar_wait(base + L::q_full, q_round & 1);
   if (n_tiles > 0) {
     issue_qk(0);
     wgmma_wait<0>();
@@ -321,12 +356,14 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   reduce_row_sums(l);
   if (out_rows_aligned(p)) {
     store_block_via_smem<kBf16, kDV>(p, o, l, q_rows, me, rows, b.q0 + b.m0, h, warp, lane);
+    release_q();
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       if (rloc[e] < rows) store_row_lse(p, m[e], l[e], b.q0 + b.m0 + rloc[e], h, tig);
     }
     return;
   }
+  release_q();  // the last Q K^T is done and the stores below read registers only
 #pragma unroll
   for (int e = 0; e < 2; ++e) {  // out rows not 16-byte aligned: 4-byte stores straight from the accumulators
     const auto row_o = [&](int nt, int c) { return o[4 * nt + 2 * e + c]; };
@@ -334,45 +371,72 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   }
 }
 
-template <bool kBf16, int kDQK, int kDV>
+/// Calls f(block, head, key tiles, ring position, Q round) for each item of this CTA that has rows, the last two being
+/// the key tiles and the Q fills of its items before. The producer and the consumers make the same walk (each warp
+/// finds each block on its own). kPersistent: every gridDim.x-th of the `slots` x `h_q` items, slot fastest; else the
+/// CTA's one item (blockIdx.x = slot, blockIdx.y = head).
+template <bool kPersistent, typename F>
+__device__ __forceinline__ void for_each_item(const PrefillParams& p, int64_t slots, int h_q, F&& f) {
+  uint32_t g = 0, q_round = 0;
+  const auto item = [&](int64_t slot, int h) {
+    const Block b = block_of_slot<kBlockM>(p, slot);
+    if (b.m0 >= b.lq) return;
+    const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
+    f(b, h, n_tiles, g, q_round);
+    g += uint32_t(n_tiles);
+    ++q_round;
+  };
+  if constexpr (kPersistent) {
+    const int64_t items = slots * h_q;
+    for (int64_t i = blockIdx.x; i < items; i += gridDim.x) item(i % slots, int(i / slots));
+  } else {
+    item(blockIdx.x, int(blockIdx.y));
+  }
+}
+
+/// kPersistent: the grid is (CTAs, 1), walking the `slots` x `h_q` items; else (slots, h_q), one item per CTA.
+template <bool kBf16, int kDQK, int kDV, bool kPersistent>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_kernel(const __grid_constant__ PrefillParams p, const __grid_constant__ CUtensorMap q_map,
-                   const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+                   const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                   int64_t slots, int h_q) {
   using L = Layout<kDQK, kDV>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = raw + (1024u - raw % 1024u) % 1024u;
 
-  // The barriers first: after the block search no CTA-wide barrier is left, so each warp goes on as soon as it has
-  // found the block (the producer issues Q without waiting for the slowest warp's search), and a CTA whose slot has
-  // no rows leaves at once.
+  // The barriers first: after them no CTA-wide barrier is left, so each warp goes on as soon as it has found its
+  // block (the producer issues Q without waiting for the slowest warp's search), and an item with no rows is passed.
   if (threadIdx.x == 0) {
     for (int i = 0; i < kOperands * kStages; ++i) {
       mbar_init(base + L::full + i * 8, kWarpgroupThreads);
       mbar_init(base + L::empty + i * 8, kReleaseArrivals);
     }
     mbar_init(base + L::q_full, 1);
+    mbar_init(base + L::q_empty, kReleaseArrivals);
     fence_barrier_init();
   }
   __syncthreads();
-  const int h = int(blockIdx.y);
-  const Block b = block_of_slot<kBlockM>(p, blockIdx.x);  // each warp finds it on its own
-  if (b.m0 >= b.lq) return;
-  const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
-  const int32_t n_tiles = int32_t((b.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
 
+  // Each role's whole walk inside its own setmaxnreg branch, so that ptxas gives each its own register budget.
   const int wg = int(threadIdx.x) / kWarpgroupThreads;
   if (wg == kProducer) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs<kPersistent>>();
     if (threadIdx.x == kProducer * kWarpgroupThreads) {
       tma_prefetch_descriptor(&q_map);
       tma_prefetch_descriptor(&k_map);
       tma_prefetch_descriptor(&v_map);
     }
-    run_producer<kDQK, kDV>(p, &q_map, &k_map, &v_map, b, h, n_tiles, base);
+    for_each_item<kPersistent>(p, slots, h_q, [&](const Block& b, int h, int32_t n_tiles, uint32_t g, uint32_t q) {
+      run_producer<kDQK, kDV>(p, &q_map, &k_map, &v_map, b, h, n_tiles, base, g, q);
+    });
+    cp_async_wait_all();  // no thread leaves with copies in flight
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
-    run_consumer<kBf16, kDQK, kDV>(p, b, h, n_tiles, rows, base, wg);
+    setmaxnreg_inc<kConsumerRegs<kPersistent>>();
+    for_each_item<kPersistent>(p, slots, h_q, [&](const Block& b, int h, int32_t n_tiles, uint32_t g, uint32_t q) {
+      const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
+      run_consumer<kBf16, kDQK, kDV>(p, b, h, n_tiles, rows, base, wg, g, q, kPersistent);
+    });
   }
 }
 

@@ -16,8 +16,10 @@ inline constexpr int kTmaBoxRows = 64;     // rows (tokens) of every TMA box of 
 /// The compiled (bf16?, d_qk, d_v) kernels, for the instantiations in launch_sm90.cu and unavailable.cpp.
 #define MLAKIT_PREFILL_SM90_KERNELS(X) X(true, 192, 128) X(false, 192, 128) X(true, 128, 128) X(false, 128, 128)
 
+/// `slots` CTA slots per head (grid_slots) for `h_q` heads: one CTA per (slot, head), or, with `persistent_ctas` > 0,
+/// that many CTAs walking the (slot, head) items (kernel.cuh).
 template <bool kBf16, int kDQK, int kDV>
 Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
-                      const CUtensorMap& v_map, int64_t slots, int h_q, cudaStream_t stream);
+                      const CUtensorMap& v_map, int64_t slots, int h_q, int persistent_ctas, cudaStream_t stream);
 
 }  // namespace mlakit::cuda::prefill::sm90

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cuda/cache/common/host_util.h"
+#include "cuda/common/device.h"
 #include "cuda/common/tensor_map.h"
 #include "cuda/ops.h"
 #include "cuda/prefill/sm90/launch.h"
@@ -13,6 +14,9 @@ namespace prefill::sm90 {
 namespace {
 
 const char* const kWhy = "16-byte rows for the TMA boxes and cp.async rows of the cuda_sm90 prefill kernel";
+/// Requests averaging at most this many keys take the persistent launch (kernel.cuh): their blocks have few key tiles,
+/// so the launch, barrier set-up and exit of a CTA per block (and of one per slot with no rows) weigh on each.
+constexpr int64_t kPersistentMaxAvgKeys = 1024;
 constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxTokens = 2147483647;  // TMA coordinates are int32
 
@@ -32,10 +36,23 @@ Status encode(const TensorView& t, CUtensorMap* map) {
 
 template <bool kBf16>
 Status dispatch(const PrefillProblem& p, const PrefillParams& params, const CUtensorMap (&maps)[3], int64_t slots,
-                cudaStream_t stream) {
+                int persistent_ctas, cudaStream_t stream) {
   const int h_q = int(p.h_q());
-  if (p.q.shape[2] == 192) return launch_prefill<kBf16, 192, 128>(params, maps[0], maps[1], maps[2], slots, h_q, stream);
-  return launch_prefill<kBf16, 128, 128>(params, maps[0], maps[1], maps[2], slots, h_q, stream);
+  if (p.q.shape[2] == 192) {
+    return launch_prefill<kBf16, 192, 128>(params, maps[0], maps[1], maps[2], slots, h_q, persistent_ctas, stream);
+  }
+  return launch_prefill<kBf16, 128, 128>(params, maps[0], maps[1], maps[2], slots, h_q, persistent_ctas, stream);
+}
+
+/// One CTA per SM, when the requests are short on average and there are more items than SMs; 0 otherwise.
+Status persistent_ctas_for(const PrefillProblem& p, int64_t slots, int* ctas) {
+  *ctas = 0;
+  if (p.k.shape[0] > kPersistentMaxAvgKeys * p.batch()) return {};
+  const DeviceInfo* info = nullptr;
+  MLAKIT_TRY(cached_device_info(p.device().index, &info));
+  const int64_t items = slots * p.h_q();
+  if (items > info->num_sms) *ctas = info->num_sms;
+  return {};
 }
 
 }  // namespace
@@ -77,9 +94,11 @@ Status prefill_sm90_run(const PrefillProblem& p, Stream stream) {
   MLAKIT_TRY(prefill::sm90::encode(p.v, &maps[2]));
   const prefill::PrefillParams params = prefill::make_params(p);
   const int64_t slots = prefill::grid_slots(p.q.shape[0], p.batch(), prefill::sm90::kLaunchBlockM);
+  int ctas = 0;
+  MLAKIT_TRY(prefill::sm90::persistent_ctas_for(p, slots, &ctas));
   const cudaStream_t s = cache::to_cuda(stream);
-  return p.q.dtype == DType::kBF16 ? prefill::sm90::dispatch<true>(p, params, maps, slots, s)
-                                   : prefill::sm90::dispatch<false>(p, params, maps, slots, s);
+  return p.q.dtype == DType::kBF16 ? prefill::sm90::dispatch<true>(p, params, maps, slots, ctas, s)
+                                   : prefill::sm90::dispatch<false>(p, params, maps, slots, ctas, s);
 }
 
 }  // namespace mlakit::cuda

@@ -5,13 +5,13 @@
 namespace mlakit::cuda::prefill::sm90 {
 
 template <bool kBf16, int kDQK, int kDV>
-Status launch_prefill(const PrefillParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, int64_t, int,
+Status launch_prefill(const PrefillParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&, int64_t, int, int,
                       cudaStream_t) {
   return Status::not_supported("this build has no sm_90a code (configure with MLAKIT_CUDA_ARCHS holding 90a)");
 }
 #define MLAKIT_INSTANTIATE(bf16, dqk, dv)                                                                      \
   template Status launch_prefill<bf16, dqk, dv>(const PrefillParams&, const CUtensorMap&, const CUtensorMap&, \
-                                                const CUtensorMap&, int64_t, int, cudaStream_t);
+                                                const CUtensorMap&, int64_t, int, int, cudaStream_t);
 MLAKIT_PREFILL_SM90_KERNELS(MLAKIT_INSTANTIATE)
 #undef MLAKIT_INSTANTIATE
 
