@@ -62,7 +62,7 @@ std::vector<Feature> prefill_sm90_features() {
   return {{OpKind::kPrefill,
            "bf16,fp16; (d_qk, d_v) = (192, 128), (128, 128); causal bottom-right or not; ragged, no host sync; "
            "128 rows per CTA over two consumer warpgroups, wgmma, TMA for whole key tiles (cp.async for a "
-           "request's last partial one); sm_90a"}};
+           "request's last partial one); a persistent grid for short requests (<= 1024 keys on average); sm_90a"}};
 }
 
 Status prefill_sm90_supports(const PrefillProblem& p) {
