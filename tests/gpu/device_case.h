@@ -47,7 +47,8 @@ struct DeviceDecodeCase {
     if (scale_on_device) problem.kv.kv_scale_value = std::numeric_limits<float>::quiet_NaN();
   }
   /// New contents of the same sizes (a case built with the same lengths; a cache up to upload's cache_bytes),
-  /// outputs poisoned again, the scale as the new case has it.
+  /// outputs poisoned again, the device scalar of the scale as the new case has it (the problem, with its
+  /// kv_scale_value, and the split-cache and flat-table buffers stay as upload made them).
   void refill(const DecodeCase& c) {
     q.copy_from(c.q);
     cache.copy_from(c.cache);

@@ -123,7 +123,7 @@ TEST_P(CudaPrefillLong, ManyRequestsTakeSeveralSearchRounds) {
 }
 
 // The Hopper kernel's persistent launch (requests averaging at most 1,024 keys and more (slot, head) items than SMs:
-// sm90/kernel.cuh): 8 heads over 60 requests, so each CTA of a 132-SM GPU walks about eight items, among them slots
+// sm90/kernel.cuh): 8 heads over 60 requests, so each CTA of a 132-SM GPU walks about seven items, among them slots
 // with no rows (empty requests, the last slot of a request whose length is a multiple of 128), blocks whose last key
 // tile is partial (copied row by row, its stage later refilled by TMA for another item) and whole ones, causal and
 // not, so the K/V ring, the Q hand-over and their barrier phases run on from item to item. The portable path takes

@@ -1,10 +1,11 @@
 #pragma once
-// The Hopper ragged prefill kernel (issue 10, docs/spec.md section 3; sm_90a only). One CTA = 128 query rows of
-// one request and one head (the slot mapping of smxx/block.cuh) and three warpgroups:
+// The Hopper ragged prefill kernel (issue 10, docs/spec.md section 3; sm_90a only). One item = 128 query rows of
+// one request and one head (the slot mapping of smxx/block.cuh); a CTA takes one item, or several in the persistent
+// form below, with three warpgroups:
 //   0, 1  consumers: 64 rows each, every key tile: S = Q K^T (wgmma, Q and K from shared memory), the online
 //         softmax in fp32, O += P V (P from registers, V from shared memory), the previous tile's P V running
 //         under each softmax; no state is shared between them;
-//   2     producer: Q once by TMA, then the K and V tiles of 128 keys into a ring of kStages stages: TMA boxes for
+//   2     producer: the item's Q by TMA, then its K and V tiles of 128 keys into a ring of kStages stages: TMA boxes for
 //         whole tiles, cp.async rows for a request's partial last tile (rows past its keys zero-filled, so that
 //         P = 0 never meets a NaN of memory that is not the request's).
 // The two consumers overlap each other (one's softmax under the other's products); the K (or V) part of a stage is
@@ -13,8 +14,9 @@
 // Two launch forms (prefill_sm90.cpp picks one): one CTA per (slot, head) item, or, where requests are short,
 // persistent: one CTA per SM walking every gridDim.x-th item in the launch order of the first form (slot fastest, so
 // that the CTAs running together still share a head's keys in L2). A persistent CTA initialises its barriers once,
-// skips an item with no rows in a few instructions where a CTA of the first form was launched for it (64 x 512: 8,192
-// of 40,960 CTAs), and runs its K/V ring on across items: the next item's first tiles load during this one's last.
+// passes an item with no rows after its block search, with no launch or barrier set-up of its own (in the first form
+// a CTA was launched for each: 8,192 of 64 x 512's 40,960), and runs its K/V ring on across items: the next item's
+// first tiles load during this one's last.
 // Q is handed back (q_empty) once the consumers' epilogue, which stages out through Q's memory, is done.
 
 #include <cuda.h>
