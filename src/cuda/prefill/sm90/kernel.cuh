@@ -14,7 +14,7 @@
 // Two launch forms (prefill_sm90.cpp picks one): one CTA per (slot, head) item, or, where requests are short,
 // persistent: one CTA per SM walking every gridDim.x-th item in the launch order of the first form (slot fastest, so
 // that the CTAs running together still share a head's keys in L2). A persistent CTA initialises its barriers once,
-// passes an item with no rows after its block search, with no launch or barrier set-up of its own (in the first form
+// passes an item with no rows after its producer's block search, with no launch or barrier set-up of its own (in the first form
 // a CTA was launched for each: 8,192 of 64 x 512's 40,960), and runs its K/V ring on across items: the next item's
 // first tiles load during this one's last.
 // In the persistent form only the producer searches for blocks and hands each to the consumers with its Q (ItemInfo),
@@ -86,6 +86,8 @@ struct Layout {
   static constexpr int total = out_stage + kConsumers * kConsumerRowBytes;
   static constexpr int alloc = total + 1024;  // slack to align the base to 1024 bytes
   static_assert(kDQK % kChunkValues == 0 && kDV == 128, "d_v = 128: the P V wgmma is m64n128k16");
+  static_assert(kQChunks >= 2, "the one-CTA epilogue stages a row of out (256 bytes) through two Q chunks");
+  static_assert(item % 8 == 0);
   static_assert(alloc <= 227 * 1024);
 };
 
@@ -115,7 +117,7 @@ struct ItemInfo {
   int32_t h;
   int32_t n_tiles;
 };
-static_assert(sizeof(ItemInfo) <= 64);
+static_assert(sizeof(ItemInfo) <= 64 && alignof(ItemInfo) <= 8);
 
 /// The producer's tile rule, which the consumers repeat to know which tiles need a proxy fence.
 __device__ __forceinline__ bool tile_by_rows(const Block& b, int32_t t) { return int64_t(t + 1) * kBlockN > b.lk; }
@@ -199,8 +201,8 @@ __device__ __forceinline__ bool out_rows_aligned(const PrefillParams& p) {
 
 /// The epilogue of one consumer through shared memory: its 64 x kDV block of out, scaled by 1 / l, goes as 16-bit
 /// values into staging rows of 128 bytes, 16-byte pieces swizzled by row so that the accumulator layout's 4-byte
-/// stores fall on 32 distinct banks; each warp then copies its own 16 rows out in 16-byte pieces, whole 128-byte
-/// lines, where the direct stores wrote each row as 32 half-used sectors (ncu on 4 x 4096: the epilogue and its drain
+/// stores fall on 32 distinct banks; each warp then copies its own 16 rows out in 16-byte pieces, 128 contiguous
+/// bytes per row at a time (whole lines where out's rows start on 128 bytes), where the direct stores wrote each row as 32 half-used sectors (ncu on 4 x 4096: the epilogue and its drain
 /// were ~10% of the consumers' samples). kPasses = 1: the whole row at once, through this consumer's rows of the first
 /// two Q chunks (`stage`, chunk after chunk kQChunkBytes apart; free once its last Q K^T is done); kPasses = 2: half
 /// the columns at a time through one 64 x 128-byte block of its own (`stage`), so that Q can go back before the
@@ -222,7 +224,8 @@ __device__ __forceinline__ void store_block_via_smem(const PrefillParams& p, con
   float inv[2];
 #pragma unroll
   for (int e = 0; e < 2; ++e) inv[e] = row_out_factor(l[e]);
-  // kRowsPerStep rows per step: lanes kPieces k .. kPieces (k + 1) - 1 take the pieces of row warp * 16 + step + k.
+  // kRowsPerStep rows per step it: lanes kPieces k .. kPieces (k + 1) - 1 take the pieces of row
+  // warp * 16 + kRowsPerStep * it + k.
   const int j = lane % kPieces;
   const int r0 = warp * 16 + lane / kPieces;
   const int64_t row_step = kRowsPerStep * p.out_stride_t * 2;  // bytes from one of a lane's rows to its next
@@ -362,7 +365,7 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   const auto release = [&](int w, int32_t t) {  // K or V of tile t goes back to the producer
     if (lane == 0) mbar_arrive(base + L::empty + (w * kStages + (g0 + uint32_t(t)) % kStages) * 8);
   };
-  // Q's memory back to the producer once this warp's last Q K^T has completed (wgmma_wait): only wgmma reads Q, so
+  // Q's memory back to the producer once this thread's last Q K^T has completed (wgmma_wait): only wgmma reads Q, so
   // the next block's Q loads under this block's last softmax, P V and epilogue.
   // Every thread arrives, not one per warp: each read the block's ItemInfo, which the producer rewrites next, and
   // its own arrival is what orders that read before the rewrite (racecheck flagged the other lanes' reads).
@@ -424,8 +427,9 @@ __device__ __forceinline__ void run_consumer(const PrefillParams& p, const Block
   }
 }
 
-/// The producer's walk: calls f(block, head, key tiles, ring position, Q round) for each item of this CTA that has
-/// rows, the last two being the key tiles and the Q fills of its items before, and returns the number of such items.
+/// The producer's walk (and the consumers' in the form with one CTA per block): calls f(block, head, key tiles, ring
+/// position, Q round) for each item of this CTA that has rows, the last two being the key tiles and the Q fills of its
+/// items before, and returns the number of such items.
 /// kPersistent: every gridDim.x-th of the `slots` x `h_q` items, slot fastest; else the CTA's one item (blockIdx.x =
 /// slot, blockIdx.y = head).
 template <bool kPersistent, typename F>
