@@ -84,11 +84,15 @@ struct Layout {
   // ring).
   static constexpr int out_stage = (item + 64 + 1023) / 1024 * 1024;
   static constexpr int total = out_stage + kConsumers * kConsumerRowBytes;
-  static constexpr int alloc = total + 1024;  // slack to align the base to 1024 bytes
+  // Dynamic shared memory per form, with slack to align the base to 1024 bytes: the form with one CTA per block uses
+  // neither ItemInfo nor the own staging and asks for no more than before them (at d 128 / 128 those 17 KB would
+  // cross the 164 KB carveout step and take 32 KB of L1).
+  template <bool kPersistent>
+  static constexpr int alloc = (kPersistent ? total : item) + 1024;
   static_assert(kDQK % kChunkValues == 0 && kDV == 128, "d_v = 128: the P V wgmma is m64n128k16");
   static_assert(kQChunks >= 2, "the one-CTA epilogue stages a row of out (256 bytes) through two Q chunks");
   static_assert(item % 8 == 0);
-  static_assert(alloc <= 227 * 1024);
+  static_assert(alloc<true> <= 227 * 1024);
 };
 
 /// Descriptor of a K-major operand (Q, K): 64-value rows, 8-row atoms of 1024 bytes.
@@ -473,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(base + L::empty + i * 8, kReleaseArrivals);
     }
     mbar_init(base + L::q_full, 1);
-    mbar_init(base + L::q_empty, kConsumers * kWarpgroupThreads);
+    if (kPersistent) mbar_init(base + L::q_empty, kConsumers * kWarpgroupThreads);  // the other form never hands Q back
     fence_barrier_init();
   }
   __syncthreads();

@@ -13,12 +13,13 @@ static_assert(kTmaBoxRows == kBoxRows && kTmaBoxRows == kRowsPerConsumer && kBlo
 template <bool kBf16, int kDQK, int kDV>
 Status launch_prefill(const PrefillParams& p, const CUtensorMap& q_map, const CUtensorMap& k_map,
                       const CUtensorMap& v_map, int64_t slots, int h_q, int persistent_ctas, cudaStream_t stream) {
-  constexpr int kSmem = Layout<kDQK, kDV>::alloc;
   if (persistent_ctas > 0) {
+    constexpr int kSmem = Layout<kDQK, kDV>::template alloc<true>;
     auto kernel = prefill_kernel<kBf16, kDQK, kDV, true>;
     MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
     kernel<<<dim3(unsigned(persistent_ctas)), kThreads, kSmem, stream>>>(p, q_map, k_map, v_map, slots, h_q);
   } else {
+    constexpr int kSmem = Layout<kDQK, kDV>::template alloc<false>;
     auto kernel = prefill_kernel<kBf16, kDQK, kDV, false>;
     MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
     kernel<<<dim3(unsigned(slots), unsigned(h_q)), kThreads, kSmem, stream>>>(p, q_map, k_map, v_map, slots, h_q);
