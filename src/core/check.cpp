@@ -211,7 +211,10 @@ Status self_disjoint(const TensorView& t, std::string_view name) {
     if (t.shape[i] > 1) order[n++] = i;
   }
   const auto mag = [&](int i) { return t.stride[i] < 0 ? -t.stride[i] : t.stride[i]; };  // tensor() bounds them
-  std::stable_sort(order, order + n, [&](int a, int b) { return mag(a) < mag(b); });
+  // A stable insertion sort: at most kMaxDims entries, and std::stable_sort would allocate its buffer on every call.
+  for (int k = 1; k < n; ++k) {
+    for (int j = k; j > 0 && mag(order[j]) < mag(order[j - 1]); --j) std::swap(order[j], order[j - 1]);
+  }
   int64_t span = 1;  // elements covered by the dimensions taken so far, from the first to the last, plus one
   for (int k = 0; k < n; ++k) {
     const int d = order[k];
@@ -320,7 +323,15 @@ Status positive_finite(std::string_view fld, double value, std::string_view note
   return fail(fld, value, rule);
 }
 
+namespace {
+/// Whether dims() below passes `d` (so that a caller can skip building its field name).
+bool dims_fine(const MlaDims& d) {
+  return d.d_c >= 1 && d.d_r >= 0 && d.d_r % 2 == 0 && d.d_c <= kMaxLatentWidth && d.d_r <= kMaxLatentWidth;
+}
+}  // namespace
+
 Status dims(const MlaDims& d, std::string_view name) {
+  if (dims_fine(d)) return {};
   if (d.d_c < 1) return fail(field(name, "d_c"), int64_t(d.d_c), "must be >= 1");
   if (d.d_r < 0 || d.d_r % 2 != 0) {
     return fail(field(name, "d_r"), int64_t(d.d_r), "must be even and >= 0 (RoPE rotates pairs)");
@@ -388,7 +399,7 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
     return fail(field(name, "format"), int64_t(kv.format),
                 "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4");
   }
-  MLAKIT_TRY(dims(kv.dims, field(name, "dims")));
+  if (!dims_fine(kv.dims)) return dims(kv.dims, field(name, "dims"));  // the field name is built for a failure only
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
     const bool v4 = kv.format == KvFormat::kFP8DsV4;
     return fail(field(name, "format"), kv_format_name(kv.format),
@@ -407,14 +418,17 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
                     "] (" + pages + ".shape[1])");
   }
   if (kv.num_pages() < 1) return fail(pages + ".shape[0]", kv.num_pages(), "must be >= 1 (num_pages)");
-  const std::string geometry =
-      std::string(kv_format_name(kv.format)) + " at d_c=" + std::to_string(kv.dims.d_c) + ", d_r=" + std::to_string(kv.dims.d_r);
+  // Built for a message only: a call validates on every plan and run, where a heap string costs host time.
+  const auto geometry = [&kv]() {
+    return std::string(kv_format_name(kv.format)) + " at d_c=" + std::to_string(kv.dims.d_c) +
+           ", d_r=" + std::to_string(kv.dims.d_r);
+  };
   if (kv.split()) {
-    MLAKIT_TRY(split_parts(kv, name, device, anchor, geometry));
+    MLAKIT_TRY(split_parts(kv, name, device, anchor, geometry()));
     return kv_scale_value(kv, name);
   }
   const int64_t row_bytes = kv.row_bytes();
-  MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes, "the row bytes of " + geometry));
+  if (kv.pages.shape[2] != row_bytes) return dim(kv.pages, pages, 2, row_bytes, "the row bytes of " + geometry());
   // fp8_ds_v4 places tokens by its page layout (ds_v4 in kv_format.h), not by a row stride: the view must be the
   // packed [num_pages, P, 584] one FlashMLA passes, so that its strides cannot say something the layout does not.
   if (kv.format == KvFormat::kFP8DsV4 && p > 1 && kv.pages.stride[1] != row_bytes) {
@@ -471,6 +485,11 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
 }
 
 Status context_shard(const ContextShard& shard, std::string_view name) {
+  // The common case without building the messages' field names (validation runs on every plan and run).
+  const bool fine = shard.world >= 1 && shard.world <= kMaxShardCycle && shard.rank >= 0 && shard.rank < shard.world &&
+                    shard.interleave >= 1 && shard.interleave <= kMaxShardCycle &&
+                    int64_t(shard.world) * shard.interleave <= kMaxShardCycle;
+  if (fine) return {};
   const std::string n(name);
   MLAKIT_TRY(range(n + ".world", shard.world, 1, kMaxShardCycle, "GPUs of the context-parallel group"));
   MLAKIT_TRY(range(n + ".rank", shard.rank, 0, shard.world - 1, n + ".world - 1"));
