@@ -24,29 +24,28 @@ Status partitions_for(int64_t rows, int ordinal, int64_t* g) {
 namespace {
 
 template <bool kSparse, int kDqk>
-Status launch_kernel(const DecodeParams& d, bool bf16, KvKind kind, const CUtensorMap& map, bool use_tma, int rb,
-                     cudaStream_t stream) {
-  const bool tma = use_tma && !kSparse;  // only dense 16-bit tiles come by TMA
+Status kernel_launch(const DecodeParams& d, bool bf16, KvKind kind, const CUtensorMap& map, const int* tma, int rb,
+                     KernelLaunch* out) {
   if constexpr (kDqk == kDimQKV4) {
     // V4's geometry (sparse only), q in bf16 like the portable path's V4 kernels (check_q_kv_out enforces both).
     if (!kSparse || !bf16) return Status::internal("decode: the Hopper V4 kernels are sparse with q in bf16");
     switch (kind) {
-      case KvKind::k16Bit: return launch_decode_kernel<true, KvKind::k16Bit, kSparse, kDqk>(d, map, false, rb, stream, true);
-      case KvKind::kE4M3: return launch_decode_kernel<true, KvKind::kE4M3, kSparse, kDqk>(d, map, false, rb, stream, true);
-      case KvKind::kDsV4: return launch_decode_kernel<true, KvKind::kDsV4, kSparse, kDqk>(d, map, false, rb, stream, true);
+      case KvKind::k16Bit: return decode_kernel_launch<true, KvKind::k16Bit, kSparse, kDqk>(d, map, tma, rb, true, out);
+      case KvKind::kE4M3: return decode_kernel_launch<true, KvKind::kE4M3, kSparse, kDqk>(d, map, tma, rb, true, out);
+      case KvKind::kDsV4: return decode_kernel_launch<true, KvKind::kDsV4, kSparse, kDqk>(d, map, tma, rb, true, out);
       case KvKind::kDsMla: break;  // fp8_ds_mla holds V3 rows only (validation)
     }
   } else {
     switch (kind) {
       case KvKind::k16Bit:
-        return bf16 ? launch_decode_kernel<true, KvKind::k16Bit, kSparse, kDqk>(d, map, tma, rb, stream, true)
-                    : launch_decode_kernel<false, KvKind::k16Bit, kSparse, kDqk>(d, map, tma, rb, stream, true);
+        return bf16 ? decode_kernel_launch<true, KvKind::k16Bit, kSparse, kDqk>(d, map, tma, rb, true, out)
+                    : decode_kernel_launch<false, KvKind::k16Bit, kSparse, kDqk>(d, map, tma, rb, true, out);
       case KvKind::kE4M3:
-        return bf16 ? launch_decode_kernel<true, KvKind::kE4M3, kSparse, kDqk>(d, map, false, rb, stream, true)
-                    : launch_decode_kernel<false, KvKind::kE4M3, kSparse, kDqk>(d, map, false, rb, stream, true);
+        return bf16 ? decode_kernel_launch<true, KvKind::kE4M3, kSparse, kDqk>(d, map, tma, rb, true, out)
+                    : decode_kernel_launch<false, KvKind::kE4M3, kSparse, kDqk>(d, map, tma, rb, true, out);
       case KvKind::kDsMla:
-        return bf16 ? launch_decode_kernel<true, KvKind::kDsMla, kSparse, kDqk>(d, map, false, rb, stream, true)
-                    : launch_decode_kernel<false, KvKind::kDsMla, kSparse, kDqk>(d, map, false, rb, stream, true);
+        return bf16 ? decode_kernel_launch<true, KvKind::kDsMla, kSparse, kDqk>(d, map, tma, rb, true, out)
+                    : decode_kernel_launch<false, KvKind::kDsMla, kSparse, kDqk>(d, map, tma, rb, true, out);
       case KvKind::kDsV4: break;  // fp8_ds_v4 holds V4 rows only (validation)
     }
   }
@@ -70,16 +69,18 @@ Status launch_sm90(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, b
                    bool use_tma, int64_t rows, cudaStream_t stream) {
   const int rb = int(row_blocks_for(rows));
   if (v4 && !sparse) return Status::internal("decode: V4's geometry is served for sparse decode only");
-  Status launched;
+  const int tma = use_tma && !sparse && kind == KvKind::k16Bit ? 1 : 0;  // only dense 16-bit tiles come by TMA
+  KernelLaunch launches[2];
   if (!sparse) {
-    launched = launch_kernel<false, kDimQK>(d, bf16, kind, map, use_tma, rb, stream);
+    MLAKIT_TRY((kernel_launch<false, kDimQK>(d, bf16, kind, map, &tma, rb, &launches[0])));
   } else if (v4) {
-    launched = launch_kernel<true, kDimQKV4>(d, bf16, kind, map, use_tma, rb, stream);
+    MLAKIT_TRY((kernel_launch<true, kDimQKV4>(d, bf16, kind, map, &tma, rb, &launches[0])));
   } else {
-    launched = launch_kernel<true, kDimQK>(d, bf16, kind, map, use_tma, rb, stream);
+    MLAKIT_TRY((kernel_launch<true, kDimQK>(d, bf16, kind, map, &tma, rb, &launches[0])));
   }
-  MLAKIT_TRY(launched);
-  return launch_combine(d, bf16, stream, true);
+  // One sequence, so that an eager call replays both as one graph (launch_sequence.h).
+  const int n = combine_launch(d, bf16, true, &launches[1]) ? 2 : 1;
+  return launch_sequence(launches, n, stream);
 }
 
 }  // namespace mlakit::cuda::decode::sm90

@@ -27,7 +27,7 @@ int64_t row_blocks_for(int64_t rows);
 Status partitions_for(int64_t rows, int ordinal, int64_t* g);
 
 /// Launches the kernel (dense, or sparse with `sparse`; v4: DeepSeek V4's geometry, sparse only; TMA only for dense
-/// 16-bit caches with use_tma) and then the combine of the split requests.
+/// 16-bit caches with use_tma) and the combine of the split requests, as one sequence (launch_sequence.h).
 Status launch_sm90(const DecodeParams& d, bool bf16, KvKind kind, bool sparse, bool v4, const CUtensorMap& map,
                    bool use_tma, int64_t rows, cudaStream_t stream);
 

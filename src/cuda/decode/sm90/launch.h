@@ -1,23 +1,25 @@
 #pragma once
-// Host-side launcher of the Hopper (sm_90a) decode kernel (dense and sparse). Defined in instantiations/ when the
+// Host-side launch description of the Hopper (sm_90a) decode kernel (dense and sparse). Defined in instantiations/ when the
 // build has sm_90a code (MLAKIT_CUDA_ARCHS holds 90a), else in unavailable.cpp, which says so.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/launch_sequence.h"
 #include "cuda/decode/smxx/config.h"
 #include "cuda/decode/smxx/params.h"
 #include "mlakit/status.h"
 
 namespace mlakit::cuda::decode::sm90 {
 
-/// Grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory each; dense decode, or
-/// sparse decode with kSparse; a 16-bit cache (k16Bit) or an fp8 one, dequantised on chip. use_tma only for a
-/// dense 16-bit cache (sparse rows are gathered one by one, fp8 rows go through the producer's registers). kDqk:
-/// kDimQK, or kDimQKV4 for DeepSeek V4's geometry (sparse only).
+/// The launch of the kernel on a grid (row_blocks, p.partitions) of 384-thread CTAs with ~227 KB of shared memory
+/// each (allowed here); dense decode, or sparse decode with kSparse; a 16-bit cache (k16Bit) or an fp8 one,
+/// dequantised on chip. *use_tma (1 only for a dense 16-bit cache: sparse rows are gathered one by one, fp8 rows go
+/// through the producer's registers) and the other arguments must outlive the launch. kDqk: kDimQK, or kDimQKV4 for
+/// DeepSeek V4's geometry (sparse only).
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
-Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
-                            cudaStream_t stream, bool pdl);
+Status decode_kernel_launch(const DecodeParams& p, const CUtensorMap& kv_map, const int* use_tma, int row_blocks,
+                            bool pdl, KernelLaunch* out);
 
 /// The compiled (bf16?, kv kind, sparse?, d_qk) kernels, one instantiations/*.cu file each; unavailable.cpp stubs
 /// the same list.

@@ -1,5 +1,5 @@
 #pragma once
-// The launch template of the Hopper decode kernel. Included only by instantiations/*.cu.
+// The launch description of the Hopper decode kernel. Included only by instantiations/*.cu.
 
 #include <cuda_runtime.h>
 
@@ -12,23 +12,31 @@
 namespace mlakit::cuda::decode::sm90 {
 
 template <bool kBf16, KvKind kKind, bool kSparse, bool kPair, int kDqk>
-Status launch_with(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
-                   cudaStream_t stream, bool pdl) {
+Status launch_with(const DecodeParams& p, const CUtensorMap& kv_map, const int* use_tma, int row_blocks, bool pdl,
+                   KernelLaunch* out) {
   auto kernel = decode_kernel<kBf16, kKind, kSparse, kPair, kDqk>;
   MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemAlloc));
-  PdlLaunch l(dim3(row_blocks, p.partitions), dim3(kThreads), kSmemAlloc, stream, pdl, kPair ? 2u : 1u);
-  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, kv_map, int(use_tma)));
+  KernelLaunch& l = *out;
+  l.func = reinterpret_cast<const void*>(kernel);
+  l.grid = dim3(row_blocks, p.partitions);
+  l.block = dim3(kThreads);
+  l.smem = kSmemAlloc;
+  l.args[0] = const_cast<DecodeParams*>(&p);  // the kernel's parameters: (DecodeParams, CUtensorMap, int)
+  l.args[1] = const_cast<CUtensorMap*>(&kv_map);
+  l.args[2] = const_cast<int*>(use_tma);
+  l.pdl = pdl;
+  l.cluster_x = kPair ? 2u : 1u;
   return {};
 }
 
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
-Status launch_decode_kernel(const DecodeParams& p, const CUtensorMap& kv_map, bool use_tma, int row_blocks,
-                            cudaStream_t stream, bool pdl) {
+Status decode_kernel_launch(const DecodeParams& p, const CUtensorMap& kv_map, const int* use_tma, int row_blocks,
+                            bool pdl, KernelLaunch* out) {
   // CTA pairs (config.h) where the producer converts fp8 rows and the row blocks pair up.
   if constexpr (kKind != KvKind::k16Bit) {
-    if (row_blocks % 2 == 0) return launch_with<kBf16, kKind, kSparse, true, kDqk>(p, kv_map, use_tma, row_blocks, stream, pdl);
+    if (row_blocks % 2 == 0) return launch_with<kBf16, kKind, kSparse, true, kDqk>(p, kv_map, use_tma, row_blocks, pdl, out);
   }
-  return launch_with<kBf16, kKind, kSparse, false, kDqk>(p, kv_map, use_tma, row_blocks, stream, pdl);
+  return launch_with<kBf16, kKind, kSparse, false, kDqk>(p, kv_map, use_tma, row_blocks, pdl, out);
 }
 
 }  // namespace mlakit::cuda::decode::sm90

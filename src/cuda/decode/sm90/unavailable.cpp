@@ -1,16 +1,16 @@
 // Stands in for instantiations/ when the build has no sm_90a code: the Hopper path reports why it cannot
-// run, and its launcher is never reached (the backend's available() fails first).
+// run, and its launch is never described (the backend's available() fails first).
 #include "cuda/decode/sm90/launch.h"
 
 namespace mlakit::cuda::decode::sm90 {
 
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
-Status launch_decode_kernel(const DecodeParams&, const CUtensorMap&, bool, int, cudaStream_t, bool) {
+Status decode_kernel_launch(const DecodeParams&, const CUtensorMap&, const int*, int, bool, KernelLaunch*) {
   return kernels_loadable();
 }
 #define MLAKIT_SM90_STUB(bf16, kind, sparse, dqk)                                                          \
-  template Status launch_decode_kernel<bf16, KvKind::kind, sparse, dqk>(const DecodeParams&, const CUtensorMap&, \
-                                                                         bool, int, cudaStream_t, bool);
+  template Status decode_kernel_launch<bf16, KvKind::kind, sparse, dqk>(const DecodeParams&, const CUtensorMap&, \
+                                                                         const int*, int, bool, KernelLaunch*);
 MLAKIT_DECODE_SM90_KERNELS(MLAKIT_SM90_STUB)
 #undef MLAKIT_SM90_STUB
 

@@ -210,22 +210,32 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(cons
 
 }  // namespace
 
-Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
-  if (p.whole_requests > 0) return {};  // nothing was split: the decode kernel wrote every row
+bool combine_launch(const DecodeParams& p, bool bf16, bool pdl, KernelLaunch* out) {
+  if (p.whole_requests > 0) return false;  // nothing was split: the decode kernel wrote every row
+  KernelLaunch& l = *out;
+  l.block = dim3(kCombineWarps * kWarpSize);
+  l.smem = 0;
+  l.args[0] = const_cast<DecodeParams*>(&p);
+  l.pdl = pdl;
   // Which kernel: the split counts live on the device, but a request spans about partitions / requests + 1 of them on
   // average, so up to 8 partitions per request the few-split kernel's loop stays short (a skewed batch can still give
   // one request many: the few-split kernel then serves it with a longer loop; correct either way).
   // A request spans at most `partitions` partitions; past kMaxSplits (more than any GPU of today has SMs) the
   // few-split kernel serves any count.
   if (p.partitions <= kFewSplitsPerRequest * int64_t(p.batch) || p.partitions > kMaxSplits) {
-    PdlLaunch l(dim3(p.batch, (p.rows + kCombineWarps - 1) / kCombineWarps), dim3(kCombineWarps * kWarpSize), 0,
-                stream, pdl);
-    MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, bf16 ? combine_rows_kernel<true> : combine_rows_kernel<false>, p));
-    return {};
+    l.func = reinterpret_cast<const void*>(bf16 ? combine_rows_kernel<true> : combine_rows_kernel<false>);
+    l.grid = dim3(p.batch, (p.rows + kCombineWarps - 1) / kCombineWarps);
+  } else {
+    l.func = reinterpret_cast<const void*>(bf16 ? combine_kernel<true> : combine_kernel<false>);
+    l.grid = dim3(p.batch, p.rows * kColChunks);
   }
-  PdlLaunch l(dim3(p.batch, p.rows * kColChunks), dim3(kCombineWarps * kWarpSize), 0, stream, pdl);
-  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, bf16 ? combine_kernel<true> : combine_kernel<false>, p));
-  return {};
+  return true;
+}
+
+Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
+  KernelLaunch l;
+  if (!combine_launch(p, bf16, pdl, &l)) return {};
+  return launch_now(l, stream);
 }
 
 }  // namespace mlakit::cuda::decode

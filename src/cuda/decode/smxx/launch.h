@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/launch_sequence.h"
 #include "cuda/decode/smxx/config.h"
 #include "cuda/decode/smxx/params.h"
 #include "mlakit/status.h"
@@ -45,5 +46,8 @@ Status launch_plan(const PlanParams& p, cudaStream_t stream, bool pdl);
 
 /// Merges the partial results of every split request into out and lse (combine.cu, docs/spec.md section 6).
 Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl);
+/// The same as a launch description, for a sequence with the decode kernel; false when nothing is to merge (no launch).
+/// `p` must outlive the launch.
+bool combine_launch(const DecodeParams& p, bool bf16, bool pdl, KernelLaunch* out);
 
 }  // namespace mlakit::cuda::decode

@@ -3,8 +3,8 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-template Status launch_decode_kernel<true, KvKind::k16Bit, false, kDimQK>(const DecodeParams&, const CUtensorMap&, bool,
-                                                                  int, cudaStream_t, bool);
+template Status decode_kernel_launch<true, KvKind::k16Bit, false, kDimQK>(const DecodeParams&, const CUtensorMap&, const int*,
+                                                                  int, bool, KernelLaunch*);
 
 Status kernels_loadable() {
   cudaFuncAttributes attr{};

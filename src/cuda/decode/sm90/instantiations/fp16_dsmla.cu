@@ -2,6 +2,6 @@
 #include "cuda/decode/sm90/launch_kernel.cuh"
 
 namespace mlakit::cuda::decode::sm90 {
-template Status launch_decode_kernel<false, KvKind::kDsMla, false, kDimQK>(const DecodeParams&, const CUtensorMap&, bool,
-                                                                   int, cudaStream_t, bool);
+template Status decode_kernel_launch<false, KvKind::kDsMla, false, kDimQK>(const DecodeParams&, const CUtensorMap&, const int*,
+                                                                  int, bool, KernelLaunch*);
 }  // namespace mlakit::cuda::decode::sm90
