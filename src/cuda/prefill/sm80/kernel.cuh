@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   const Block blk = block_of_slot<kBlockM>(p, blockIdx.x);
   const int64_t q0 = blk.q0, lq = blk.lq, k0 = blk.k0, lk = blk.lk, m0 = blk.m0;
   if (m0 >= lq) return;
-  const int rows = int(min(int64_t(kBlockM), lq - m0));
+  const int rows = blk.rows(kBlockM);
   const int32_t n_tiles = int32_t((blk.kv_end(p.causal, kBlockM) + kBlockN - 1) / kBlockN);
 
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;

@@ -505,15 +505,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(base + L::q_full, q & 1);
         const ItemInfo it = *info;  // before this round's Q is handed back, after which the producer rewrites it
         if (it.n_tiles < 0) break;
-        const int rows = int(min(int64_t(kBlockM), it.b.lq - it.b.m0));
-        run_consumer<kBf16, kDQK, kDV, true>(p, it.b, it.h, it.n_tiles, rows, base, wg, g);
+        run_consumer<kBf16, kDQK, kDV, true>(p, it.b, it.h, it.n_tiles, it.b.rows(kBlockM), base, wg, g);
         g += uint32_t(it.n_tiles);
       }
     } else {
       // The CTA's one block: the consumers find it themselves while the producer does, and are ready when Q lands
-      // (with the producer's hand-over instead, 1 x 4096 measured 1.0% slower than this in one A/B of three rounds).
+      // (with the producer's hand-over instead, and the persistent form's larger shared memory, 1 x 4096 measured 1.1 -
+      // 1.2% slower than this; the larger memory alone cost most of 1%: docs/performance.md, ce30b8b).
       for_each_item<false>(p, slots, h_q, [&](const Block& b, int h, int32_t n_tiles, uint32_t, uint32_t) {
-        const int rows = int(min(int64_t(kBlockM), b.lq - b.m0));
+        const int rows = b.rows(kBlockM);
         mbar_wait(base + L::q_full, 0);
         run_consumer<kBf16, kDQK, kDV, false>(p, b, h, n_tiles, rows, base, wg, 0);
       });

@@ -22,6 +22,8 @@ struct Block {
   __device__ int64_t kv_end(bool causal, int rows_per_block) const {
     return causal ? min(lk, max(m0 + rows_per_block + lk - lq, int64_t(0))) : lk;
   }
+  /// Query rows of the block that exist (the last block of a request may be partial), for blocks of `rows_per_block`.
+  __device__ int rows(int rows_per_block) const { return int(min(int64_t(rows_per_block), lq - m0)); }
   /// Keys row i of the request sees: [0, limit).
   __device__ int64_t limit(bool causal, int64_t i) const { return causal ? min(lk, max(i + lk - lq + 1, int64_t(0))) : lk; }
 };
