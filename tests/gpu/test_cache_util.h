@@ -35,12 +35,17 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_ != nullptr) cudaFree(ptr_);
   }
-  /// A new allocation of `bytes` (the previous one, if any, freed); null when cudaMalloc fails.
+  /// A new allocation of `bytes` (the previous one, if any, freed); null, and a test failure, when cudaMalloc fails.
   void allocate(size_t bytes) {
     if (ptr_ != nullptr) cudaFree(ptr_);
     bytes_ = bytes;
     // One extra 256-byte granule so zero-sized buffers still get a distinct, aligned pointer.
-    if (cudaMalloc(&ptr_, bytes + 256) != cudaSuccess) ptr_ = nullptr;
+    const cudaError_t err = cudaMalloc(&ptr_, bytes + kSlack);
+    if (err != cudaSuccess) {
+      ptr_ = nullptr;
+      bytes_ = 0;
+      ADD_FAILURE() << "cudaMalloc of " << bytes + kSlack << " bytes: " << cudaGetErrorString(err);
+    }
   }
   /// `host` in a new allocation of at least `min_bytes` (room for later, larger contents).
   template <class T>
@@ -52,12 +57,17 @@ class DeviceBuffer {
   template <class T>
   std::vector<T> download(size_t count) const {
     std::vector<T> host(count);
-    if (count > 0) expect_copied(cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    if (count > 0 && fits(count * sizeof(T), "download")) {
+      expect_copied(cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    }
     return host;
   }
+  /// `host` into the existing allocation (a test failure, and no copy, when it does not fit).
   template <class T>
   void copy_from(const std::vector<T>& host) {
-    if (!host.empty()) expect_copied(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    if (!host.empty() && fits(host.size() * sizeof(T), "copy_from")) {
+      expect_copied(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
   }
   void* get() const { return ptr_; }
   template <class T>
@@ -65,8 +75,15 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  static constexpr size_t kSlack = 256;
   static void expect_copied(cudaError_t err) {
     EXPECT_EQ(err, cudaSuccess) << "cudaMemcpy: " << cudaGetErrorString(err);
+  }
+  /// Whether `n` bytes lie inside the allocation (its slack included); a test failure when not.
+  bool fits(size_t n, const char* what) const {
+    if (ptr_ != nullptr && n <= bytes_ + kSlack) return true;
+    ADD_FAILURE() << what << " of " << n << " bytes: the buffer holds " << (ptr_ == nullptr ? 0 : bytes_ + kSlack);
+    return false;
   }
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
