@@ -323,12 +323,9 @@ Status positive_finite(std::string_view fld, double value, std::string_view note
   return fail(fld, value, rule);
 }
 
-namespace {
-/// Whether dims() below passes `d` (so that a caller can skip building its field name).
 bool dims_fine(const MlaDims& d) {
   return d.d_c >= 1 && d.d_r >= 0 && d.d_r % 2 == 0 && d.d_c <= kMaxLatentWidth && d.d_r <= kMaxLatentWidth;
 }
-}  // namespace
 
 Status dims(const MlaDims& d, std::string_view name) {
   if (dims_fine(d)) return {};
@@ -364,8 +361,9 @@ Status page_strides(const TensorView& t, const std::string& name, int64_t row_by
 
 /// The two parts of a split cache (docs/spec.md section 4): an element format, kv_c in pages and k_pe in k_pe, both
 /// [num_pages, page_size, values * e] on one device.
+template <LazyText Geometry>
 Status split_parts(const KvCacheView& kv, std::string_view name, Device device, std::string_view anchor,
-                   const std::string& geometry) {
+                   const Geometry& geometry) {
   const std::string pages = field(name, "pages"), k_pe = field(name, "k_pe");
   if (kv_element_bytes(kv.format) == 0) {
     return fail(field(name, "format"), kv_format_name(kv.format),
@@ -373,13 +371,13 @@ Status split_parts(const KvCacheView& kv, std::string_view name, Device device, 
                     " given): the packed formats keep scales beside the values in one row");
   }
   if (kv.dims.d_r == 0) return fail(field(name, "dims.d_r"), int64_t(0), "must be >= 1 for a split cache (" + k_pe + " given)");
-  MLAKIT_TRY(dim(kv.pages, pages, 2, kv.pages_row_bytes(), "the kv_c bytes of a split " + geometry));
+  MLAKIT_TRY(dim(kv.pages, pages, 2, kv.pages_row_bytes(), [&] { return "the kv_c bytes of a split " + geometry(); }));
   MLAKIT_TRY(page_strides(kv.pages, pages, kv.pages_row_bytes()));
   MLAKIT_TRY(tensor(kv.k_pe, k_pe, {DType::kUInt8}, 3, "[num_pages, page_size, d_r bytes]"));
   MLAKIT_TRY(same_device(kv.k_pe, k_pe, device, anchor));
-  MLAKIT_TRY(dim(kv.k_pe, k_pe, 0, kv.num_pages(), pages + ".shape[0] (num_pages)"));
-  MLAKIT_TRY(dim(kv.k_pe, k_pe, 1, kv.page_size(), pages + ".shape[1] (page_size)"));
-  MLAKIT_TRY(dim(kv.k_pe, k_pe, 2, kv.k_pe_row_bytes(), "the k_pe bytes of a split " + geometry));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 0, kv.num_pages(), [&] { return pages + ".shape[0] (num_pages)"; }));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 1, kv.page_size(), [&] { return pages + ".shape[1] (page_size)"; }));
+  MLAKIT_TRY(dim(kv.k_pe, k_pe, 2, kv.k_pe_row_bytes(), [&] { return "the k_pe bytes of a split " + geometry(); }));
   return page_strides(kv.k_pe, k_pe, kv.k_pe_row_bytes());
 }
 
@@ -399,7 +397,7 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
     return fail(field(name, "format"), int64_t(kv.format),
                 "must be one of bf16, fp16, fp8_e4m3, fp8_ds_mla, fp8_ds_v4");
   }
-  if (!dims_fine(kv.dims)) return dims(kv.dims, field(name, "dims"));  // the field name is built for a failure only
+  MLAKIT_TRY(dims(kv.dims, [&] { return field(name, "dims"); }));
   if (!kv_format_supports_dims(kv.format, kv.dims.d_c, kv.dims.d_r)) {
     const bool v4 = kv.format == KvFormat::kFP8DsV4;
     return fail(field(name, "format"), kv_format_name(kv.format),
@@ -411,24 +409,24 @@ Status kv_cache(const KvCacheView& kv, std::string_view name, Device device, std
   MLAKIT_TRY(same_device(kv.pages, pages, device, anchor));
   const int64_t p = kv.page_size();
   if (page_rule == PageRule::kAny) {
-    MLAKIT_TRY(range("page_size", p, 1, INT32_MAX, pages + ".shape[1]"));
+    MLAKIT_TRY(range("page_size", p, 1, INT32_MAX, [&] { return pages + ".shape[1]"; }));
   } else if (p < kMinPageSize || p > kMaxPageSize || (p & (p - 1)) != 0) {
     return fail("page_size", p,
                 "must be a power of two in [" + std::to_string(kMinPageSize) + ", " + std::to_string(kMaxPageSize) +
                     "] (" + pages + ".shape[1])");
   }
   if (kv.num_pages() < 1) return fail(pages + ".shape[0]", kv.num_pages(), "must be >= 1 (num_pages)");
-  // Built for a message only: a call validates on every plan and run, where a heap string costs host time.
+  // Texts built for a message only (check.h's LazyText): a call validates on every plan and run.
   const auto geometry = [&kv]() {
     return std::string(kv_format_name(kv.format)) + " at d_c=" + std::to_string(kv.dims.d_c) +
            ", d_r=" + std::to_string(kv.dims.d_r);
   };
   if (kv.split()) {
-    MLAKIT_TRY(split_parts(kv, name, device, anchor, geometry()));
+    MLAKIT_TRY(split_parts(kv, name, device, anchor, geometry));
     return kv_scale_value(kv, name);
   }
   const int64_t row_bytes = kv.row_bytes();
-  if (kv.pages.shape[2] != row_bytes) return dim(kv.pages, pages, 2, row_bytes, "the row bytes of " + geometry());
+  MLAKIT_TRY(dim(kv.pages, pages, 2, row_bytes, [&] { return "the row bytes of " + geometry(); }));
   // fp8_ds_v4 places tokens by its page layout (ds_v4 in kv_format.h), not by a row stride: the view must be the
   // packed [num_pages, P, 584] one FlashMLA passes, so that its strides cannot say something the layout does not.
   if (kv.format == KvFormat::kFP8DsV4 && p > 1 && kv.pages.stride[1] != row_bytes) {
@@ -485,17 +483,14 @@ Status block_table_contents(const TensorView& block_table, const TensorView& seq
 }
 
 Status context_shard(const ContextShard& shard, std::string_view name) {
-  // The common case without building the messages' field names (validation runs on every plan and run).
-  const bool fine = shard.world >= 1 && shard.world <= kMaxShardCycle && shard.rank >= 0 && shard.rank < shard.world &&
-                    shard.interleave >= 1 && shard.interleave <= kMaxShardCycle &&
-                    int64_t(shard.world) * shard.interleave <= kMaxShardCycle;
-  if (fine) return {};
-  const std::string n(name);
-  MLAKIT_TRY(range(n + ".world", shard.world, 1, kMaxShardCycle, "GPUs of the context-parallel group"));
-  MLAKIT_TRY(range(n + ".rank", shard.rank, 0, shard.world - 1, n + ".world - 1"));
-  MLAKIT_TRY(range(n + ".interleave", shard.interleave, 1, kMaxShardCycle, "tokens per run"));
+  // Field names built for a failure only (LazyText): validation runs on every plan and run.
+  const auto member = [name](const char* m) { return [name, m] { return std::string(name) + m; }; };
+  MLAKIT_TRY(range(member(".world"), shard.world, 1, kMaxShardCycle, "GPUs of the context-parallel group"));
+  MLAKIT_TRY(range(member(".rank"), shard.rank, 0, shard.world - 1, member(".world - 1")));
+  MLAKIT_TRY(range(member(".interleave"), shard.interleave, 1, kMaxShardCycle, "tokens per run"));
   const int64_t cycle = int64_t(shard.world) * shard.interleave;
   if (cycle > kMaxShardCycle) {
+    const std::string n(name);
     return fail(n + ".world * " + n + ".interleave", cycle, "must be at most 2^30");
   }
   return {};

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "mlakit/problems.h"
@@ -89,6 +90,34 @@ Status dim(const TensorView& t, std::string_view name, int dim, int64_t expected
 Status leading_dims(const TensorView& t, std::string_view name, const TensorView& ref, std::string_view ref_name, int n);
 /// lo <= value <= hi, else "field=value: must be in [lo, hi]" (+ " (note)" when given).
 Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, std::string_view note = {});
+
+/// A message text given as a callable that returns it (std::string), called only when a check fails: for texts built
+/// from pieces on a path every call takes, where building them would cost a heap allocation on each success.
+template <typename F>
+concept LazyText = std::is_invocable_r_v<std::string, F>;
+/// dim() with a lazy `what`.
+template <LazyText What>
+Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, What&& what) {
+  if (t.shape[d] == expected) return {};
+  return dim(t, name, d, expected, std::string_view(what()));
+}
+/// range() with a lazy field name and, optionally, a lazy note.
+template <LazyText Field>
+Status range(Field&& field, int64_t value, int64_t lo, int64_t hi, std::string_view note = {}) {
+  if (value >= lo && value <= hi) return {};
+  return range(std::string_view(field()), value, lo, hi, note);
+}
+template <LazyText Field, LazyText Note>
+Status range(Field&& field, int64_t value, int64_t lo, int64_t hi, Note&& note) {
+  if (value >= lo && value <= hi) return {};
+  return range(std::string_view(field()), value, lo, hi, std::string_view(note()));
+}
+template <LazyText Note>
+Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, Note&& note) {
+  if (value >= lo && value <= hi) return {};
+  return range(field, value, lo, hi, std::string_view(note()));
+}
+
 /// Tensor lives on `device` (the device of the problem's first tensor, named `anchor`).
 Status same_device(const TensorView& t, std::string_view name, Device device, std::string_view anchor);
 /// Finite and > 0.
@@ -97,6 +126,13 @@ Status positive_finite(std::string_view field, double value, std::string_view no
 inline constexpr int kMaxLatentWidth = 1 << 16;
 /// Latent geometry: d_c in [1, kMaxLatentWidth], d_r in [0, kMaxLatentWidth] and even.
 Status dims(const MlaDims& d, std::string_view name);
+/// Whether dims() passes `d`.
+bool dims_fine(const MlaDims& d);
+/// dims() with a lazy name.
+template <LazyText Name>
+Status dims(const MlaDims& d, Name&& name) {
+  return dims_fine(d) ? Status{} : dims(d, std::string_view(name()));
+}
 /// Which page sizes a cache may have (docs/spec.md section 2): dense decode needs a power of two in [kMinPageSize,
 /// kMaxPageSize]; sparse decode, append_kv and gather_kv take any P >= 1 (a backend may refuse some, by name).
 enum class PageRule { kPowerOfTwo, kAny };
