@@ -67,6 +67,9 @@ class DeviceBuffer {
   void copy_from(const std::vector<T>& host) {
     if (!host.empty() && fits(host.size() * sizeof(T), "copy_from")) {
       expect_copied(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+      // A copy from pageable memory may return before its DMA has landed, ordered only with the legacy stream: a
+      // kernel on a non-blocking stream could run first, or be overwritten by it. Wait for it here.
+      expect_copied(cudaDeviceSynchronize());
     }
   }
   void* get() const { return ptr_; }
