@@ -1,7 +1,8 @@
 // launch_sequence (src/cuda/common/launch_sequence.h): an eager sequence replays one instantiated graph per (thread,
 // device, stream, functions), so every replay must carry that call's grids and arguments, on any stream, including the
-// legacy default one; a stream under capture gets plain launches, which join the caller's graph; more sequences than
-// a thread keeps replace old ones and still run right.
+// legacy default one, with its launch attributes (clusters); a stream under capture gets plain launches, which join
+// the caller's graph; more sequences than a thread keeps replace old ones, while earlier replays are still queued, and
+// still run right.
 
 #include <gtest/gtest.h>
 
@@ -38,24 +39,20 @@ struct Args {
   int mul;
 };
 
-/// Runs (add_kernel<K>, scale_kernel) over `a` on `stream` as one sequence; the grids follow n.
+/// Runs (add_kernel<K>, scale_kernel) over `a` on `stream` as one sequence; the grids follow n (the first one's x even
+/// when it launches in clusters of `cluster_x`).
 template <int K>
-Status run_pair(Args& a, cudaStream_t stream) {
+Status run_pair(Args& a, cudaStream_t stream, unsigned cluster_x = 1) {
   cuda::KernelLaunch l[2];
-  l[0].func = reinterpret_cast<const void*>(add_kernel<K>);
-  l[0].grid = dim3(unsigned((a.n + 127) / 128));
+  const unsigned blocks = unsigned((a.n + 127) / 128);
+  l[0].grid = dim3((blocks + cluster_x - 1) / cluster_x * cluster_x);
   l[0].block = dim3(128);
-  l[0].args[0] = &a.in;
-  l[0].args[1] = &a.out;
-  l[0].args[2] = &a.n;
-  l[0].args[3] = &a.add;
-  l[1].func = reinterpret_cast<const void*>(scale_kernel);
+  l[0].cluster_x = cluster_x;
+  cuda::set_kernel(l[0], add_kernel<K>, &a.in, &a.out, &a.n, &a.add);
   l[1].grid = dim3(unsigned((a.n + 63) / 64));
   l[1].block = dim3(64);
-  l[1].args[0] = &a.out;
-  l[1].args[1] = &a.n;
-  l[1].args[2] = &a.mul;
   l[1].pdl = true;
+  cuda::set_kernel(l[1], scale_kernel, &a.out, &a.n, &a.mul);
   return cuda::launch_sequence(l, 2, stream);
 }
 
@@ -68,12 +65,14 @@ std::vector<int> iota(int n, int from) {
 /// Checks out[0, n) = (in[i] + add + K) * mul and that out[n, size) still holds the poison.
 void expect_pair(const DeviceBuffer& out, const std::vector<int>& in, const Args& a, int k, int size, int poison) {
   const std::vector<int> got = out.download<int>(size_t(size));
-  int wrong = 0;
+  int wrong = 0, first = -1;
   for (int i = 0; i < size; ++i) {
     const int want = i < a.n ? (in[size_t(i)] + a.add + k) * a.mul : poison;
+    if (got[size_t(i)] != want && first < 0) first = i;
     wrong += got[size_t(i)] != want;
   }
-  EXPECT_EQ(wrong, 0) << "n=" << a.n << " add=" << a.add << " mul=" << a.mul << " k=" << k;
+  EXPECT_EQ(wrong, 0) << "n=" << a.n << " add=" << a.add << " mul=" << a.mul << " k=" << k << "; first wrong: out["
+                      << first << "] = " << (first < 0 ? 0 : got[size_t(first)]);
 }
 
 class LaunchSequence : public ::testing::Test {
@@ -102,6 +101,29 @@ TEST_F(LaunchSequence, EachReplayCarriesItsCallsGridsAndArguments) {
     ASSERT_TRUE(run_pair<0>(a, stream).ok());
     CACHE_TEST_CUDA(cudaStreamSynchronize(stream));
     expect_pair(out, second ? in1 : in0, a, 0, kSize, poison);
+  }
+  EXPECT_GT(cuda::replays_kept_by_this_thread(), 0);  // the calls above were replays, not plain launches
+  CACHE_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST_F(LaunchSequence, ClustersOfTwoKeepTheirAttributeInTheReplay) {
+  int device = 0, major = 0;
+  CACHE_TEST_CUDA(cudaGetDevice(&device));
+  CACHE_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9) GTEST_SKIP() << "thread-block clusters need sm_90";
+  constexpr int kSize = 4000;
+  const std::vector<int> in = iota(kSize, 3);
+  DeviceBuffer d_in, d_out;
+  DeviceBuffer::upload(&d_in, in);
+  DeviceBuffer::upload(&d_out, std::vector<int>(kSize, -5));
+  cudaStream_t stream = nullptr;
+  CACHE_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int call = 0; call < 6; ++call) {
+    d_out.copy_from(std::vector<int>(kSize, -5));
+    Args a{static_cast<const int*>(d_in.get()), static_cast<int*>(d_out.get()), kSize - 333 * call, call, 3};
+    ASSERT_TRUE(run_pair<1>(a, stream, 2).ok());
+    CACHE_TEST_CUDA(cudaStreamSynchronize(stream));
+    expect_pair(d_out, in, a, 1, kSize, -5);
   }
   CACHE_TEST_CUDA(cudaStreamDestroy(stream));
 }
@@ -139,8 +161,10 @@ TEST_F(LaunchSequence, UnderCaptureTheKernelsJoinTheCallersGraph) {
   cudaStream_t stream = nullptr;
   CACHE_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Args a{static_cast<const int*>(d_in.get()), static_cast<int*>(d_out.get()), kSize - 1, 3, 7};
+  const int kept = cuda::replays_kept_by_this_thread();
   CACHE_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const Status st = run_pair<0>(a, stream);
+  EXPECT_EQ(cuda::replays_kept_by_this_thread(), kept);  // plain launches: no graph of its own
   cudaGraph_t graph = nullptr;
   CACHE_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
   ASSERT_TRUE(st.ok()) << st.message();
@@ -157,33 +181,41 @@ TEST_F(LaunchSequence, UnderCaptureTheKernelsJoinTheCallersGraph) {
   CACHE_TEST_CUDA(cudaStreamDestroy(stream));
 }
 
+/// Enqueues (add_kernel<K>, scale_kernel) for every K back to back, each into its own buffer, with no synchronisation
+/// between them: graphs are replaced while earlier replays of them are still queued or running.
 template <int... K>
-void run_each(Args& a, cudaStream_t stream, DeviceBuffer& out, const std::vector<int>& in, int size,
-              std::integer_sequence<int, K...>) {
+void run_each_queued(const DeviceBuffer& d_in, const std::vector<int>& in, int size, int round, cudaStream_t stream,
+                     std::integer_sequence<int, K...>) {
+  constexpr int kCount = int(sizeof...(K));
+  DeviceBuffer outs[kCount];
+  Args args[kCount];
+  int i = 0;
   const auto one = [&](auto k_const) {
     constexpr int k = decltype(k_const)::value;
-    out.copy_from(std::vector<int>(size_t(size), -9));
-    a.add = 2 * k;
-    ASSERT_TRUE(run_pair<k>(a, stream).ok());
-    CACHE_TEST_CUDA(cudaStreamSynchronize(stream));
-    expect_pair(out, in, a, k, size, -9);
+    DeviceBuffer::upload(&outs[i], std::vector<int>(size_t(size), -9));
+    args[i] = Args{static_cast<const int*>(d_in.get()), static_cast<int*>(outs[i].get()), size - 11 * round - i, 2 * k,
+                   3 + round};
+    EXPECT_TRUE(run_pair<k>(args[i], stream).ok()) << "k=" << k;
+    ++i;
   };
   (one(std::integral_constant<int, K>{}), ...);
+  CACHE_TEST_CUDA(cudaStreamSynchronize(stream));
+  i = 0;
+  ((expect_pair(outs[i], in, args[i], K, size, -9), ++i), ...);
 }
 
 TEST_F(LaunchSequence, MoreSequencesThanAThreadKeepsStillRunRight) {
   static_assert(cuda::kMaxReplays < 20);
   constexpr int kSize = 1000;
   const std::vector<int> in = iota(kSize, 1);
-  DeviceBuffer d_in, d_out;
+  DeviceBuffer d_in;
   DeviceBuffer::upload(&d_in, in);
-  DeviceBuffer::upload(&d_out, std::vector<int>(kSize, -9));  // allocated once: run_each refills it in place
   cudaStream_t stream = nullptr;
   CACHE_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int round = 0; round < 2; ++round) {  // the second round finds every graph of the first replaced
-    Args a{static_cast<const int*>(d_in.get()), static_cast<int*>(d_out.get()), kSize - 11 * round, 0, 3};
-    run_each(a, stream, d_out, in, kSize, std::make_integer_sequence<int, 20>{});
+    run_each_queued(d_in, in, kSize, round, stream, std::make_integer_sequence<int, 20>{});
   }
+  EXPECT_EQ(cuda::replays_kept_by_this_thread(), cuda::kMaxReplays);
   CACHE_TEST_CUDA(cudaStreamDestroy(stream));
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "cuda/common/check.h"
 
@@ -12,6 +13,17 @@ namespace mlakit::cuda {
 namespace {
 
 constexpr int kMaxSequence = 4;  // launches one graph holds; longer sequences launch plainly
+
+Status launch_now(const KernelLaunch& l, cudaStream_t stream) {
+  PdlLaunch c(l.grid, l.block, l.smem, stream, l.pdl, l.cluster_x);
+  MLAKIT_CUDA_TRY(cudaLaunchKernelExC(&c.cfg, l.func, const_cast<void**>(l.args)));
+  return {};
+}
+
+Status launch_all_now(const KernelLaunch* ls, int n, cudaStream_t stream) {
+  for (int i = 0; i < n; ++i) MLAKIT_TRY(launch_now(ls[i], stream));
+  return {};
+}
 
 /// What an instantiated graph fixes of a launch: its function and attributes (grid, block, shared memory and
 /// arguments are set before each replay).
@@ -27,10 +39,34 @@ struct Replay {
   cudaStream_t stream = nullptr;
   int n = 0;  // 0: a free entry
   Fixed fixed[kMaxSequence];
+  // No graph (exec null) for a sequence whose capture failed: its calls launch plainly, without trying again.
   cudaGraph_t graph = nullptr;  // kept: the nodes below are its own, which the replay's updates name
   cudaGraphExec_t exec = nullptr;
   cudaGraphNode_t nodes[kMaxSequence] = {};
   uint64_t last_use = 0;
+
+  Replay() = default;
+  Replay(const Replay&) = delete;
+  Replay& operator=(const Replay&) = delete;
+  Replay(Replay&& o) noexcept { *this = std::move(o); }
+  Replay& operator=(Replay&& o) noexcept {
+    if (this != &o) {
+      release();
+      device = o.device;
+      stream = o.stream;
+      n = o.n;
+      for (int i = 0; i < kMaxSequence; ++i) {
+        fixed[i] = o.fixed[i];
+        nodes[i] = o.nodes[i];
+      }
+      graph = std::exchange(o.graph, nullptr);
+      exec = std::exchange(o.exec, nullptr);
+      last_use = o.last_use;
+      o.n = 0;
+    }
+    return *this;
+  }
+  ~Replay() { release(); }
 
   bool matches(int dev, cudaStream_t s, const KernelLaunch* ls, int count) const {
     if (n != count || device != dev || stream != s) return false;
@@ -44,7 +80,10 @@ struct Replay {
   void release() {
     if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    *this = Replay{};
+    exec = nullptr;
+    graph = nullptr;
+    n = 0;
+    last_use = 0;
   }
 };
 
@@ -57,28 +96,41 @@ class ReplayCache {
   ReplayCache& operator=(const ReplayCache&) = delete;
   ~ReplayCache() {
     for (Replay& r : replays_) r.release();
-    for (Capture& c : captures_) {
-      if (c.stream != nullptr) (void)cudaStreamDestroy(c.stream);
-    }
+    for (Capture& c : captures_) forget(c);
   }
 
-  /// The replay of (device, stream, sequence), instantiated on first use.
-  Status get(int device, cudaStream_t stream, const KernelLaunch* ls, int n, Replay** out) {
+  /// The entry of (device, stream, sequence): found, or made in place of the least recently used one once its capture
+  /// has been tried (an entry without a graph when that failed).
+  Replay* get(int device, cudaStream_t stream, const KernelLaunch* ls, int n) {
     ++clock_;
     Replay* oldest = &replays_[0];
     for (Replay& r : replays_) {
       if (r.matches(device, stream, ls, n)) {
         r.last_use = clock_;
-        *out = &r;
-        return {};
+        return &r;
       }
       if (r.last_use < oldest->last_use) oldest = &r;
     }
-    oldest->release();
-    MLAKIT_TRY(instantiate(device, stream, ls, n, oldest));
-    oldest->last_use = clock_;
-    *out = oldest;
-    return {};
+    Replay fresh;
+    fresh.device = device;
+    fresh.stream = stream;
+    fresh.n = n;
+    for (int i = 0; i < n; ++i) fresh.fixed[i] = Fixed{ls[i].func, ls[i].pdl, ls[i].cluster_x};
+    if (!instantiate(device, ls, n, &fresh).ok()) {
+      fresh.release();  // no graph: the entry says "launch plainly"
+      fresh.device = device;
+      fresh.stream = stream;
+      fresh.n = n;
+    }
+    fresh.last_use = clock_;
+    *oldest = std::move(fresh);
+    return oldest;
+  }
+
+  int kept() const {
+    int k = 0;
+    for (const Replay& r : replays_) k += r.exec != nullptr;
+    return k;
   }
 
  private:
@@ -87,55 +139,64 @@ class ReplayCache {
     cudaStream_t stream = nullptr;
   };
 
-  Status capture_stream(int device, cudaStream_t* out) {
-    for (Capture& c : captures_) {
-      if (c.device == device) {
-        *out = c.stream;
-        return {};
-      }
-    }
-    for (Capture& c : captures_) {
-      if (c.device < 0) {
-        MLAKIT_CUDA_TRY(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-        c.device = device;
-        *out = c.stream;
-        return {};
-      }
-    }
-    return Status::internal("launch_sequence: more than " + std::to_string(kMaxDevices) + " devices in one thread");
+  static void forget(Capture& c) {
+    if (c.stream != nullptr) (void)cudaStreamDestroy(c.stream);
+    c = Capture{};
   }
 
-  Status instantiate(int device, cudaStream_t stream, const KernelLaunch* ls, int n, Replay* r) {
-    cudaStream_t cs = nullptr;
-    MLAKIT_TRY(capture_stream(device, &cs));
+  Status capture_stream(int device, Capture** out) {
+    Capture* free_entry = nullptr;
+    for (Capture& c : captures_) {
+      if (c.device == device) {
+        *out = &c;
+        return {};
+      }
+      if (c.device < 0 && free_entry == nullptr) free_entry = &c;
+    }
+    if (free_entry == nullptr) {
+      return Status::internal("launch_sequence: more than " + std::to_string(kMaxDevices) + " devices in one thread");
+    }
+    MLAKIT_CUDA_TRY(cudaStreamCreateWithFlags(&free_entry->stream, cudaStreamNonBlocking));
+    free_entry->device = device;
+    *out = free_entry;
+    return {};
+  }
+
+  /// Captures the sequence on the device's own stream (running nothing) and instantiates it into `r`. On failure the
+  /// capture stream is dropped too (a reset context leaves it dangling; the next capture makes a new one).
+  Status instantiate(int device, const KernelLaunch* ls, int n, Replay* r) {
+    Capture* cap = nullptr;
+    MLAKIT_TRY(capture_stream(device, &cap));
     // Thread-local mode: the capture forbids nothing to other threads.
-    MLAKIT_CUDA_TRY(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    Status launched;
-    for (int i = 0; i < n && launched.ok(); ++i) launched = launch_now(ls[i], cs);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(cs, &graph);
-    r->graph = graph;  // released with the entry on any failure below
-    r->n = n;
-    r->device = device;
-    r->stream = stream;
-    Status st = launched.ok() ? cuda_status(ended, "cudaStreamEndCapture", __FILE__, __LINE__) : launched;
+    Status st = cuda_status(cudaStreamBeginCapture(cap->stream, cudaStreamCaptureModeThreadLocal),
+                            "cudaStreamBeginCapture", __FILE__, __LINE__);
+    if (st.ok()) {
+      for (int i = 0; i < n && st.ok(); ++i) st = launch_now(ls[i], cap->stream);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(cap->stream, &graph);  // ends the capture whatever happened
+      r->graph = graph;
+      if (st.ok()) st = cuda_status(ended, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
     if (st.ok()) st = find_nodes(ls, n, r);
-    if (st.ok()) st = cuda_status(cudaGraphInstantiate(&r->exec, graph, 0), "cudaGraphInstantiate", __FILE__, __LINE__);
-    if (!st.ok()) r->release();
+    if (st.ok()) st = cuda_status(cudaGraphInstantiate(&r->exec, r->graph, 0), "cudaGraphInstantiate", __FILE__, __LINE__);
+    if (!st.ok()) {
+      r->release();
+      forget(*cap);
+    }
     return st;
   }
 
-  /// Node i of the captured graph is the one that launches ls[i].func.
+  /// Node i of the captured graph is the one that launches ls[i].func; the graph must hold exactly the n launches.
   static Status find_nodes(const KernelLaunch* ls, int n, Replay* r) {
-    cudaGraphNode_t nodes[kMaxSequence] = {};
-    size_t count = kMaxSequence;
-    MLAKIT_CUDA_TRY(cudaGraphGetNodes(r->graph, nodes, &count));
+    size_t count = 0;
+    MLAKIT_CUDA_TRY(cudaGraphGetNodes(r->graph, nullptr, &count));
     if (count != size_t(n)) {
       return Status::internal("launch_sequence: the captured graph has " + std::to_string(count) + " nodes for " +
                               std::to_string(n) + " launches");
     }
+    cudaGraphNode_t nodes[kMaxSequence] = {};
+    MLAKIT_CUDA_TRY(cudaGraphGetNodes(r->graph, nodes, &count));
     for (int i = 0; i < n; ++i) {
-      r->fixed[i] = Fixed{ls[i].func, ls[i].pdl, ls[i].cluster_x};
       r->nodes[i] = nullptr;
       for (size_t j = 0; j < count; ++j) {
         cudaKernelNodeParams kp{};
@@ -153,6 +214,11 @@ class ReplayCache {
   uint64_t clock_ = 0;
 };
 
+ReplayCache& this_threads_cache() {
+  thread_local ReplayCache cache;
+  return cache;
+}
+
 bool distinct_functions(const KernelLaunch* ls, int n) {
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < i; ++j) {
@@ -164,29 +230,7 @@ bool distinct_functions(const KernelLaunch* ls, int n) {
 
 }  // namespace
 
-Status launch_now(const KernelLaunch& l, cudaStream_t stream) {
-  cudaLaunchAttribute attr[2]{};
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = l.grid;
-  cfg.blockDim = l.block;
-  cfg.dynamicSmemBytes = l.smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  if (l.pdl) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    ++cfg.numAttrs;
-  }
-  if (l.cluster_x > 1) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attr[cfg.numAttrs].val.clusterDim.x = l.cluster_x;
-    attr[cfg.numAttrs].val.clusterDim.y = 1;
-    attr[cfg.numAttrs].val.clusterDim.z = 1;
-    ++cfg.numAttrs;
-  }
-  MLAKIT_CUDA_TRY(cudaLaunchKernelExC(&cfg, l.func, const_cast<void**>(l.args)));
-  return {};
-}
+int replays_kept_by_this_thread() { return this_threads_cache().kept(); }
 
 Status launch_sequence(const KernelLaunch* launches, int n, cudaStream_t stream) {
   if (n <= 0) return {};
@@ -194,15 +238,14 @@ Status launch_sequence(const KernelLaunch* launches, int n, cudaStream_t stream)
   MLAKIT_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   // One kernel launches plainly: replaying a graph of one node measured no cheaper on the host (docs/performance.md).
   if (n == 1 || capture != cudaStreamCaptureStatusNone || n > kMaxSequence || !distinct_functions(launches, n)) {
-    for (int i = 0; i < n; ++i) MLAKIT_TRY(launch_now(launches[i], stream));
-    return {};
+    return launch_all_now(launches, n, stream);
   }
   int device = 0;
   MLAKIT_CUDA_TRY(cudaGetDevice(&device));
-  thread_local ReplayCache cache;
-  Replay* r = nullptr;
-  MLAKIT_TRY(cache.get(device, stream, launches, n, &r));
-  for (int i = 0; i < n; ++i) {
+  Replay* r = this_threads_cache().get(device, stream, launches, n);
+  if (r->exec == nullptr) return launch_all_now(launches, n, stream);  // its capture failed once: plain launches
+  cudaError_t err = cudaSuccess;
+  for (int i = 0; i < n && err == cudaSuccess; ++i) {
     const KernelLaunch& l = launches[i];
     cudaKernelNodeParams kp{};
     kp.func = const_cast<void*>(l.func);
@@ -210,10 +253,17 @@ Status launch_sequence(const KernelLaunch* launches, int n, cudaStream_t stream)
     kp.blockDim = l.block;
     kp.sharedMemBytes = unsigned(l.smem);
     kp.kernelParams = const_cast<void**>(l.args);
-    MLAKIT_CUDA_TRY(cudaGraphExecKernelNodeSetParams(r->exec, r->nodes[i], &kp));
+    err = cudaGraphExecKernelNodeSetParams(r->exec, r->nodes[i], &kp);
   }
-  MLAKIT_CUDA_TRY(cudaGraphLaunch(r->exec, stream));
-  return {};
+  if (err == cudaSuccess) {
+    err = cudaGraphLaunch(r->exec, stream);
+    if (err == cudaSuccess) return {};
+  }
+  // A graph that failed (its context reset, say) is dropped, so that the next call captures a new one; this call
+  // launches plainly (a sticky error from an earlier kernel fails those launches too, and is reported).
+  r->release();
+  (void)cudaGetLastError();  // the failed graph call's error, not this call's launches', if those succeed
+  return launch_all_now(launches, n, stream);
 }
 
 }  // namespace mlakit::cuda

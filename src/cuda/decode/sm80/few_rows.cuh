@@ -964,15 +964,19 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
   pdl_launch_dependents();
 }
 
-/// Host side of an instantiation file: sets kernel's dynamic shared memory (Layout<F>::kSmemBytes) and launches it on
-/// (1, p.partitions) CTAs of 256 threads.
+/// Host side of an instantiation file: sets kernel's dynamic shared memory (Layout<F>::kSmemBytes) and describes its
+/// launch on (1, p.partitions) CTAs of 256 threads (`p` must outlive the launch).
 template <class F>
-Status launch_few_rows_kernel(void (*kernel)(DecodeParams), const DecodeParams& p, cudaStream_t stream, bool pdl) {
+Status few_rows_kernel_launch(void (*kernel)(DecodeParams), const DecodeParams& p, bool pdl, KernelLaunch* out) {
   if (p.rows > few_rows::kRows) return Status::internal("decode: the few-row kernel takes at most 16 rows");
   constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
   MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
-  PdlLaunch l(dim3(1, p.partitions), dim3(few_rows::kThreads), kSmem, stream, pdl);
-  MLAKIT_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p));
+  KernelLaunch& l = *out;
+  l.grid = dim3(1, p.partitions);
+  l.block = dim3(few_rows::kThreads);
+  l.smem = kSmem;
+  set_kernel(l, kernel, &p);
+  l.pdl = pdl;
   return {};
 }
 
@@ -991,8 +995,8 @@ Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int max_smem_per_
 /// An instantiation file's FewRowsKernel (few_rows_launch.h) for its kernel.
 template <class F, auto kKernel>
 constexpr FewRowsKernel few_rows_entry() {
-  return {[](const DecodeParams& p, cudaStream_t stream, bool pdl) {
-            return launch_few_rows_kernel<F>(kKernel, p, stream, pdl);
+  return {[](const DecodeParams& p, bool pdl, KernelLaunch* out) {
+            return few_rows_kernel_launch<F>(kKernel, p, pdl, out);
           },
           [](int max_smem_per_block, int* ctas_per_sm) {
             return few_rows_kernel_occupancy<F>(kKernel, max_smem_per_block, ctas_per_sm);

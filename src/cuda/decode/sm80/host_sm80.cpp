@@ -145,14 +145,18 @@ Status sm80_shape(int64_t rows, const Sm80Variant& v, int ordinal, Sm80Shape* ou
 }
 
 Status launch_sm80(const DecodeParams& d, const Sm80Variant& v, const Sm80Shape& shape, cudaStream_t stream) {
+  KernelLaunch launches[2];
   if (shape.few_rows) {
-    MLAKIT_TRY(few_rows_kernel(v).launch(d, stream, shape.pdl));
-    return launch_combine(d, v.bf16, stream, shape.pdl);
+    MLAKIT_TRY(few_rows_kernel(v).launch(d, shape.pdl, &launches[0]));
+  } else {
+    MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
+      return decode_kernel_launch<kBf16, kKind, kSparse, kDqk>(d, shape.row_groups, shape.row_blocks, shape.pdl,
+                                                               &launches[0]);
+    }));
   }
-  MLAKIT_TRY(with_variant(v, [&]<bool kBf16, KvKind kKind, bool kSparse, int kDqk>() {
-    return launch_decode_kernel<kBf16, kKind, kSparse, kDqk>(d, shape.row_groups, shape.row_blocks, stream, shape.pdl);
-  }));
-  return launch_combine(d, v.bf16, stream, shape.pdl);
+  // One sequence, so that an eager call replays kernel and combine as one graph (launch_sequence.h).
+  const int n = combine_launch(d, v.bf16, shape.pdl, &launches[1]) ? 2 : 1;
+  return launch_sequence(launches, n, stream);
 }
 
 }  // namespace mlakit::cuda::decode

@@ -1,19 +1,21 @@
 #pragma once
-// Host-side launcher of the portable (SM80+) split-KV decode kernel and its occupancy query.
+// Host-side launch description of the portable (SM80+) split-KV decode kernel and its occupancy query.
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/launch_sequence.h"
 #include "cuda/decode/sm80/config.h"
 #include "cuda/decode/smxx/params.h"
 #include "mlakit/status.h"
 
 namespace mlakit::cuda::decode {
 
-/// The decode kernel for q dtype (bf16 when kBf16), KV kind and d_qk (576, or V4's 512), dense or sparse
-/// (kSparse), with `row_groups` (1, 2 or 4) groups of 16 query rows per CTA, on a grid of (row blocks,
-/// p.partitions). One explicit instantiation per (kBf16, kKind, kSparse, kDqk) lives in instantiations/.
+/// The launch of the decode kernel for q dtype (bf16 when kBf16), KV kind and d_qk (576, or V4's 512), dense or
+/// sparse (kSparse), with `row_groups` (1, 2 or 4) groups of 16 query rows per CTA, on a grid of (row blocks,
+/// p.partitions); `p` must outlive the launch. One explicit instantiation per (kBf16, kKind, kSparse, kDqk) lives in
+/// instantiations/.
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk = kDimQK>
-Status launch_decode_kernel(const DecodeParams& p, int row_groups, int row_blocks, cudaStream_t stream, bool pdl);
+Status decode_kernel_launch(const DecodeParams& p, int row_groups, int row_blocks, bool pdl, KernelLaunch* out);
 
 /// Threads of one decode CTA.
 inline int decode_threads(int row_groups) { return row_groups * warps_per_group(row_groups) * 32; }

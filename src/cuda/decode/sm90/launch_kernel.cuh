@@ -17,13 +17,10 @@ Status launch_with(const DecodeParams& p, const CUtensorMap& kv_map, const int* 
   auto kernel = decode_kernel<kBf16, kKind, kSparse, kPair, kDqk>;
   MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemAlloc));
   KernelLaunch& l = *out;
-  l.func = reinterpret_cast<const void*>(kernel);
   l.grid = dim3(row_blocks, p.partitions);
   l.block = dim3(kThreads);
   l.smem = kSmemAlloc;
-  l.args[0] = const_cast<DecodeParams*>(&p);  // the kernel's parameters: (DecodeParams, CUtensorMap, int)
-  l.args[1] = const_cast<CUtensorMap*>(&kv_map);
-  l.args[2] = const_cast<int*>(use_tma);
+  set_kernel(l, kernel, &p, &kv_map, use_tma);
   l.pdl = pdl;
   l.cluster_x = kPair ? 2u : 1u;
   return {};

@@ -1,6 +1,6 @@
 // Combine (docs/spec.md section 6): merges the partial (O, LSE) of every request that the plan split across
 // several partitions into out and lse; rows of unsplit requests were written
-// by the decode kernel itself and are skipped. Two kernels, chosen by the plan's shape (launch_combine). Launched with
+// by the decode kernel itself and are skipped. Two kernels, chosen by the plan's shape (combine_launch). Launched with
 // programmatic dependent launch on sm_90, so its CTAs are already resident when the decode kernel finishes.
 
 #include <cuda_bf16.h>
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_rows_kernel
 // Latency, not bandwidth, sets its time (b1 L131072 h16: 64 CTAs, 8.6 MB of partials, 11.9 us under ncu when each
 // warp walked the partial LSEs twice and then its 33 splits about two loads at a time), so the CTA first reads every
 // split's partial LSE at once (one load per thread), reduces them across the block and keeps each split's weight in
-// shared memory (up to kMaxSplits splits: launch_combine sends larger plans to the few-split kernel); then each warp
+// shared memory (up to kMaxSplits splits: combine_launch sends larger plans to the few-split kernel); then each warp
 // takes every 8th split with kInFlight partial-row loads issued before their first use.
 template <bool kBf16>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize) combine_kernel(const DecodeParams p) {
@@ -215,7 +215,6 @@ bool combine_launch(const DecodeParams& p, bool bf16, bool pdl, KernelLaunch* ou
   KernelLaunch& l = *out;
   l.block = dim3(kCombineWarps * kWarpSize);
   l.smem = 0;
-  l.args[0] = const_cast<DecodeParams*>(&p);
   l.pdl = pdl;
   // Which kernel: the split counts live on the device, but a request spans about partitions / requests + 1 of them on
   // average, so up to 8 partitions per request the few-split kernel's loop stays short (a skewed batch can still give
@@ -223,19 +222,13 @@ bool combine_launch(const DecodeParams& p, bool bf16, bool pdl, KernelLaunch* ou
   // A request spans at most `partitions` partitions; past kMaxSplits (more than any GPU of today has SMs) the
   // few-split kernel serves any count.
   if (p.partitions <= kFewSplitsPerRequest * int64_t(p.batch) || p.partitions > kMaxSplits) {
-    l.func = reinterpret_cast<const void*>(bf16 ? combine_rows_kernel<true> : combine_rows_kernel<false>);
+    set_kernel(l, bf16 ? combine_rows_kernel<true> : combine_rows_kernel<false>, &p);
     l.grid = dim3(p.batch, (p.rows + kCombineWarps - 1) / kCombineWarps);
   } else {
-    l.func = reinterpret_cast<const void*>(bf16 ? combine_kernel<true> : combine_kernel<false>);
+    set_kernel(l, bf16 ? combine_kernel<true> : combine_kernel<false>, &p);
     l.grid = dim3(p.batch, p.rows * kColChunks);
   }
   return true;
-}
-
-Status launch_combine(const DecodeParams& p, bool bf16, cudaStream_t stream, bool pdl) {
-  KernelLaunch l;
-  if (!combine_launch(p, bf16, pdl, &l)) return {};
-  return launch_now(l, stream);
 }
 
 }  // namespace mlakit::cuda::decode

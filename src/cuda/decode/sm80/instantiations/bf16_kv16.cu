@@ -2,6 +2,6 @@
 #include "cuda/decode/sm80/launch_decode.cuh"
 
 namespace mlakit::cuda::decode {
-template Status launch_decode_kernel<true, KvKind::k16Bit, false>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_kernel_launch<true, KvKind::k16Bit, false>(const DecodeParams&, int, int, bool, KernelLaunch*);
 template Status decode_occupancy<true, KvKind::k16Bit, false>(int, int*);
 }  // namespace mlakit::cuda::decode

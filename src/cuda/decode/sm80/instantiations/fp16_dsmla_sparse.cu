@@ -2,6 +2,6 @@
 #include "cuda/decode/sm80/launch_decode.cuh"
 
 namespace mlakit::cuda::decode {
-template Status launch_decode_kernel<false, KvKind::kDsMla, true>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_kernel_launch<false, KvKind::kDsMla, true>(const DecodeParams&, int, int, bool, KernelLaunch*);
 template Status decode_occupancy<false, KvKind::kDsMla, true>(int, int*);
 }  // namespace mlakit::cuda::decode

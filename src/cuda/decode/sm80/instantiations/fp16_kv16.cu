@@ -2,6 +2,6 @@
 #include "cuda/decode/sm80/launch_decode.cuh"
 
 namespace mlakit::cuda::decode {
-template Status launch_decode_kernel<false, KvKind::k16Bit, false>(const DecodeParams&, int, int, cudaStream_t, bool);
+template Status decode_kernel_launch<false, KvKind::k16Bit, false>(const DecodeParams&, int, int, bool, KernelLaunch*);
 template Status decode_occupancy<false, KvKind::k16Bit, false>(int, int*);
 }  // namespace mlakit::cuda::decode
