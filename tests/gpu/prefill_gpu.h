@@ -69,18 +69,26 @@ struct OnDevice {
   }
 };
 
+/// cu_seqlens for the device other than the case's: contents that validation, which cannot read device memory, does
+/// not see (a null member: the case's own).
+struct DeviceLens {
+  const std::vector<int32_t>* cu_q = nullptr;
+  const std::vector<int32_t>* cu_k = nullptr;
+};
+
 /// Runs case `c` on CUDA backend `be` (device 0): k and v NaN-poisoned past the last key, out and lse poisoned before
-/// the call. Returns the call's status (a refusal runs nothing); on success *out and *lse hold what the device wrote,
-/// as floats.
-inline Status run_prefill_on_gpu(const Backend& be, PrefillCase& c, std::vector<float>* out, std::vector<float>* lse) {
+/// the call, cu_seqlens as `lens` replaces them. Returns the call's status (a refusal runs nothing); on success *out
+/// and *lse hold what the device wrote, as floats.
+inline Status run_prefill_on_gpu(const Backend& be, PrefillCase& c, std::vector<float>* out, std::vector<float>* lse,
+                                 DeviceLens lens = {}) {
   const PrefillCaseConfig& cfg = c.cfg;
   const PrefillProblem host = c.problem();
   DeviceBuffer dq, dk, dv, dcq, dck, dout, dlse;
   DeviceBuffer::upload(&dq, c.q);
   upload_poisoned(&dk, c.k, c.token_stride(cfg.geometry.d_qk));
   upload_poisoned(&dv, c.v, c.token_stride(cfg.geometry.d_vh));
-  DeviceBuffer::upload(&dcq, c.cu_q);
-  DeviceBuffer::upload(&dck, c.cu_k);
+  DeviceBuffer::upload(&dcq, lens.cu_q != nullptr ? *lens.cu_q : c.cu_q);
+  DeviceBuffer::upload(&dck, lens.cu_k != nullptr ? *lens.cu_k : c.cu_k);
   DeviceBuffer::upload(&dout, std::vector<uint16_t>(c.out.size(), kPoison16));
   DeviceBuffer::upload(&dlse, std::vector<float>(c.lse.size(), NAN));
   PrefillProblem p = host;

@@ -30,8 +30,8 @@ namespace {
 /// Runs case `c` on CUDA backend `be` (named `backend`) (prefill_gpu.h); out and lse come back as floats. A path not
 /// compiled for the case's dims must refuse it by name, and the test is then skipped.
 void run_on_gpu(const Backend& be, const std::string& backend, PrefillCase& c, std::vector<float>* out,
-                std::vector<float>* lse) {
-  const Status st = run_prefill_on_gpu(be, c, out, lse);
+                std::vector<float>* lse, DeviceLens lens = {}) {
+  const Status st = run_prefill_on_gpu(be, c, out, lse, lens);
   if (path_lacks(backend, c.cfg.geometry)) {
     EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
     EXPECT_NE(st.message().find("(d_qk, d_v)="), std::string::npos) << st.to_string();
@@ -264,6 +264,95 @@ TEST_P(CudaPrefillLong, OneRequestOf64KTokensOnSampledRows) {
   for (float x : out) unwritten += std::isnan(x) ? 1 : 0;
   for (float x : lse) unwritten += std::isnan(x) ? 1 : 0;
   EXPECT_EQ(unwritten, 0);
+}
+
+/// Tokens [from, from + n) of `c`'s q or k (d = d_qk) or v (d = d_vh) buffer, padding included.
+std::vector<uint16_t> tokens_of(const PrefillCase& c, const std::vector<uint16_t>& bits, int64_t d, int64_t from,
+                                int64_t n) {
+  const int64_t stride = c.token_stride(d);
+  return {bits.begin() + from * stride, bits.begin() + (from + n) * stride};
+}
+
+// cu_seqlens live on the device, where validation cannot see a request with fewer keys than queries (docs/spec.md
+// section 3 asks Lk_b >= Lq_b; the CPU path refuses it by name). The kernels then apply the rule as written: a causal
+// row i sees keys j <= i + Lk_b - Lq_b, none while that is negative (out 0, lse -inf), a non-causal row all Lk_b keys;
+// nothing past the request's keys is read (k and v hold its other 60 keys, then NaN). Request 1 of {(30, 50),
+// (100, 100)} gets 40 keys, then none, on the device; the expectation is the reference over valid requests built from
+// the same tokens: causal, its last 40 rows as one request of (40, 40); non-causal, its rows in requests of at most 40
+// over the same 40 keys.
+TEST_P(CudaPrefillLong, DeviceLengthsWithFewerKeysThanQueries) {
+  const std::string backend = GetParam();
+  std::string why;
+  const Backend* cuda = cuda_backend(&why, backend);
+  if (cuda == nullptr) GTEST_SKIP() << why;
+  for (const bool causal : {true, false}) {
+    for (const int32_t keys : {40, 0}) {
+      PrefillCaseConfig cfg;
+      cfg.h_q = 3;
+      cfg.causal = causal;
+      cfg.lens = {{30, 50}, {100, 100}};
+      cfg.seed = 88 + (causal ? 2 : 0) + (keys > 0 ? 1 : 0);
+      SCOPED_TRACE(describe(cfg) + " backend=" + backend + " device Lk[1]=" + std::to_string(keys));
+      PrefillCase c = PrefillCase::generate(cfg);
+      const std::vector<int32_t> cu_k = {0, 50, 50 + keys};
+      std::vector<float> out, lse;
+      run_on_gpu(*cuda, backend, c, &out, &lse, DeviceLens{nullptr, &cu_k});
+      if (IsSkipped() || HasFatalFailure()) return;
+
+      const int64_t h = cfg.h_q, d_qk = cfg.geometry.d_qk, d_v = cfg.geometry.d_vh;
+      ASSERT_TRUE(reference::prefill(c.problem()).ok());  // request 0 as the case has it
+      std::vector<float> want = to_floats(c.out, cfg.dtype), want_lse = c.lse;
+      std::fill(want.begin() + 30 * h * d_v, want.end(), 0.0f);  // request 1: rows that see no key
+      std::fill(want_lse.begin() + 30 * h, want_lse.end(), -INFINITY);
+      if (keys > 0) {
+        const int64_t first = causal ? 100 - keys : 0;  // request 1's first row that sees a key
+        PrefillCaseConfig e = cfg;
+        e.lens.clear();
+        for (int64_t r = first; r < 100; r += keys) e.lens.push_back({int32_t(std::min<int64_t>(keys, 100 - r)), keys});
+        PrefillCase ec = PrefillCase::generate(e);
+        std::vector<uint16_t> q = tokens_of(c, c.q, d_qk, 30 + first, 100 - first), k, v;
+        for (size_t i = 0; i < e.lens.size(); ++i) {
+          const std::vector<uint16_t> ki = tokens_of(c, c.k, d_qk, 50, keys), vi = tokens_of(c, c.v, d_v, 50, keys);
+          k.insert(k.end(), ki.begin(), ki.end());
+          v.insert(v.end(), vi.begin(), vi.end());
+        }
+        ASSERT_EQ(q.size(), ec.q.size());
+        ASSERT_EQ(k.size(), ec.k.size());
+        ASSERT_EQ(v.size(), ec.v.size());
+        ec.q = q, ec.k = k, ec.v = v;
+        ASSERT_TRUE(reference::prefill(ec.problem()).ok());
+        const std::vector<float> rows = to_floats(ec.out, cfg.dtype);
+        std::copy(rows.begin(), rows.end(), want.begin() + (30 + first) * h * d_v);
+        std::copy(ec.lse.begin(), ec.lse.end(), want_lse.begin() + (30 + first) * h);
+      }
+      const std::vector<float> row_vmax{v_max(c)};
+      EXPECT_TRUE(check_out(out, want, row_vmax, d_v, cfg.dtype));
+      EXPECT_TRUE(check_lse(lse, want_lse));
+    }
+  }
+}
+
+// Any cu_seqlens contents keep every access in bounds (docs/design.md, "Prefill on the GPU": entries clamped to
+// [0, T], the request search confined to [0, b)): decreasing, negative and past-the-end entries on the device. What
+// the rows then get is not specified; the call must succeed and no kernel may fault (compute-sanitizer memcheck runs
+// this test on the GPU machine).
+TEST_P(CudaPrefillLong, GarbageDeviceLengthsStayInBounds) {
+  const std::string backend = GetParam();
+  std::string why;
+  const Backend* cuda = cuda_backend(&why, backend);
+  if (cuda == nullptr) GTEST_SKIP() << why;
+  for (const bool causal : {true, false}) {
+    PrefillCaseConfig cfg;
+    cfg.h_q = 2;
+    cfg.causal = causal;
+    cfg.lens = {{30, 50}, {100, 100}, {7, 9}};
+    cfg.seed = 92 + (causal ? 1 : 0);
+    SCOPED_TRACE(describe(cfg) + " backend=" + backend);
+    PrefillCase c = PrefillCase::generate(cfg);
+    const std::vector<int32_t> cu_q = {5, 120, -5, 1 << 30}, cu_k = {0, 1000000, 20, -3};
+    std::vector<float> out, lse;
+    run_on_gpu(*cuda, backend, c, &out, &lse, DeviceLens{&cu_q, &cu_k});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaPrefillLong, ::testing::Values(std::string("cuda"), std::string("cuda_sm90")));
