@@ -127,6 +127,13 @@ class ReplayCache {
     return oldest;
   }
 
+  /// Drops the device's capture stream (a graph that failed may have failed with it): the next capture makes a new one.
+  void drop_capture_stream(int device) {
+    for (Capture& c : captures_) {
+      if (c.device == device) forget(c);
+    }
+  }
+
   int kept() const {
     int k = 0;
     for (const Replay& r : replays_) k += r.exec != nullptr;
@@ -182,6 +189,9 @@ class ReplayCache {
     if (!st.ok()) {
       r->release();
       forget(*cap);
+      // The failed call's error, so that this thread's next launch check (of any kernel) does not report it as its
+      // own: the call goes on with plain launches.
+      (void)cudaGetLastError();
     }
     return st;
   }
@@ -259,9 +269,11 @@ Status launch_sequence(const KernelLaunch* launches, int n, cudaStream_t stream)
     err = cudaGraphLaunch(r->exec, stream);
     if (err == cudaSuccess) return {};
   }
-  // A graph that failed (its context reset, say) is dropped, so that the next call captures a new one; this call
-  // launches plainly (a sticky error from an earlier kernel fails those launches too, and is reported).
+  // A graph that failed is dropped, with the device's capture stream, so that the next call captures a new graph on a
+  // new stream; this call launches plainly (a sticky error from an earlier kernel fails those launches too, and is
+  // reported).
   r->release();
+  this_threads_cache().drop_capture_stream(device);
   (void)cudaGetLastError();  // the failed graph call's error, not this call's launches', if those succeed
   return launch_all_now(launches, n, stream);
 }

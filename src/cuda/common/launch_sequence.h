@@ -76,9 +76,11 @@ void set_kernel(KernelLaunch& l, void (*kernel)(Params...), const Args*... args)
 /// functions and launch attributes) and replayed with each call's grids and arguments; a thread keeps the last
 /// kMaxReplays of them. Keyed by stream, a replay orders nothing across streams that plain launches would not
 /// (launches of one instantiated graph are serialised). The device must be current (DeviceGuard). The functions of
-/// one sequence must differ (each graph node is found by its function). When a graph cannot be made or updated (a
-/// reset context, a runtime that maps nodes differently), the call launches plainly: a sequence whose capture failed
-/// is not captured again by that thread, and a graph whose update or launch failed is dropped.
+/// one sequence must differ (each graph node is found by its function). When the cache's own graph calls fail (a
+/// runtime that maps nodes differently, memory short for an instantiation), the call launches plainly and the error is
+/// not left for a later launch check: a sequence whose capture failed is launched plainly by that thread until its
+/// entry is replaced, and a graph whose update or launch failed is dropped with the capture stream, so the next call
+/// captures anew. (A device reset is not supported for a thread that made such calls: docs/backends.md.)
 Status launch_sequence(const KernelLaunch* launches, int n, cudaStream_t stream);
 
 /// Graphs a host thread keeps for replay (least recently used one replaced).
