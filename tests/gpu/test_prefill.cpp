@@ -1,7 +1,8 @@
 // Both CUDA prefill paths (issue 10, docs/spec.md section 3: "cuda", the portable kernel, and "cuda_sm90", the
 // Hopper one) against the CPU reference with the tolerances of docs/spec.md section 10: ragged batches with requests of no queries and no keys, Lq == Lk and
 // Lq < Lk (extend), single tokens, odd head counts, every compiled (d_qk, d_v), causal and not, strided token rows
-// with NaN-poisoned padding, NaN after the last key (zero-filled by the kernel, never read), poisoned outputs.
+// with NaN-poisoned padding, NaN after the last key (zero-filled by the kernel, never read), poisoned outputs; and
+// cu_seqlens on the device that validation cannot check (Lk < Lq, garbage).
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -334,8 +335,8 @@ TEST_P(CudaPrefillLong, DeviceLengthsWithFewerKeysThanQueries) {
 
 // Any cu_seqlens contents keep every access in bounds (docs/design.md, "Prefill on the GPU": entries clamped to
 // [0, T], the request search confined to [0, b)): decreasing, negative and past-the-end entries on the device. What
-// the rows then get is not specified; the call must succeed and no kernel may fault (compute-sanitizer memcheck runs
-// this test on the GPU machine).
+// the rows then get is not specified; the call must succeed and no kernel may fault; an access past a buffer's end that does
+// not fault passes here, so scripts/gpu-check.sh also runs this test under compute-sanitizer memcheck.
 TEST_P(CudaPrefillLong, GarbageDeviceLengthsStayInBounds) {
   const std::string backend = GetParam();
   std::string why;
