@@ -101,21 +101,21 @@ Status dim(const TensorView& t, std::string_view name, int d, int64_t expected, 
   if (t.shape[d] == expected) return {};
   return dim(t, name, d, expected, std::string_view(what()));
 }
-/// range() with a lazy field name and, optionally, a lazy note.
-template <LazyText Field>
-Status range(Field&& field, int64_t value, int64_t lo, int64_t hi, std::string_view note = {}) {
-  if (value >= lo && value <= hi) return {};
-  return range(std::string_view(field()), value, lo, hi, note);
+/// A message piece given as text or as a LazyText (called here, so only on a failure).
+template <typename T>
+std::string text_of(T&& t) {
+  if constexpr (LazyText<T>) {
+    return t();
+  } else {
+    return std::string(std::string_view(t));
+  }
 }
-template <LazyText Field, LazyText Note>
-Status range(Field&& field, int64_t value, int64_t lo, int64_t hi, Note&& note) {
+/// range() with a lazy field name, a lazy note, or both.
+template <typename Field, typename Note = std::string_view>
+  requires(LazyText<Field> || LazyText<Note>)
+Status range(Field&& field, int64_t value, int64_t lo, int64_t hi, Note&& note = {}) {
   if (value >= lo && value <= hi) return {};
-  return range(std::string_view(field()), value, lo, hi, std::string_view(note()));
-}
-template <LazyText Note>
-Status range(std::string_view field, int64_t value, int64_t lo, int64_t hi, Note&& note) {
-  if (value >= lo && value <= hi) return {};
-  return range(field, value, lo, hi, std::string_view(note()));
+  return range(std::string_view(text_of(field)), value, lo, hi, std::string_view(text_of(note)));
 }
 
 /// Tensor lives on `device` (the device of the problem's first tensor, named `anchor`).
