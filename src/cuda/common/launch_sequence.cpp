@@ -117,6 +117,9 @@ class ReplayCache {
     fresh.n = n;
     for (int i = 0; i < n; ++i) fresh.fixed[i] = Fixed{ls[i].func, ls[i].pdl, ls[i].cluster_x};
     if (!instantiate(device, ls, n, &fresh).ok()) {
+      // The failed call's error (of the capture stream's creation too), so that this thread's next launch check (of
+      // any kernel) does not report it as its own: the call goes on with plain launches.
+      (void)cudaGetLastError();
       fresh.release();  // no graph: the entry says "launch plainly"
       fresh.device = device;
       fresh.stream = stream;
@@ -189,9 +192,6 @@ class ReplayCache {
     if (!st.ok()) {
       r->release();
       forget(*cap);
-      // The failed call's error, so that this thread's next launch check (of any kernel) does not report it as its
-      // own: the call goes on with plain launches.
-      (void)cudaGetLastError();
     }
     return st;
   }
