@@ -381,6 +381,32 @@ TEST_P(DecodeEdges, ManyRequestsPerCta) {
   }
 }
 
+// Uniform (or nearly uniform) lengths, where the plan keeps requests whole instead of splitting them when that costs
+// the busiest partition at most kSplitCostTiles (smxx/plan.cuh, whole_requests_per_partition): on a 132-SM GPU, 264
+// requests of 256 keys (16 heads: two per partition on the Hopper path), 132 of 512 at 128 heads (two per CTA pair),
+// 264 alternating 256 and 200 keys, all through the decode CTAs' own plan, and 4,500 of 40 keys through the plan
+// kernel (35 per partition). Whichever schedule a device's partition count gives, the result must match the reference
+// and every row must be written once (the workspace and outputs start poisoned; the combine then finds nothing split).
+TEST_P(DecodeEdges, UniformLengthsKeepRequestsWhole) {
+  const Backend& be = backend_named(GetParam());
+  SKIP_UNLESS_AVAILABLE(be);
+  struct Shape {
+    int batch, len, other_len, h_q, page_size;
+  };
+  for (const Shape sh : {Shape{264, 256, 256, 16, 64}, Shape{132, 512, 512, 128, 64}, Shape{264, 256, 200, 16, 16},
+                         Shape{4500, 40, 40, 16, 64}}) {
+    DecodeCaseConfig cfg;
+    cfg.seq_lens.resize(size_t(sh.batch));
+    for (int r = 0; r < sh.batch; ++r) cfg.seq_lens[size_t(r)] = r % 2 == 0 ? sh.len : sh.other_len;
+    cfg.h_q = sh.h_q;
+    cfg.page_size = sh.page_size;
+    cfg.seed = 31 + uint64_t(sh.batch) + uint64_t(sh.h_q);
+    DecodeCase c = DecodeCase::generate(cfg);
+    run_and_check(c, true, be);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The few-row kernels in dense decode (sm80/few_rows.cuh, decode_few_rows_dsmla_dense and decode_few_rows_e4m3_dense:
 // fp8_ds_mla or fp8_e4m3, q bf16, one query token, <= 16 heads), against the reference: 1, 3, 9 and 16 heads; page sizes
 // 1 (a page per row), 16, 64 and 128 and a padded page stride; 3 requests (lengths 0, 1 and up to 4000: the long one

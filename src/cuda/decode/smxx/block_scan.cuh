@@ -1,5 +1,5 @@
 #pragma once
-// A CTA-wide exclusive prefix sum, for the two places that plan split-KV work on the device: the plan kernel
+// A CTA-wide exclusive prefix sum and maximum, for the two places that plan split-KV work on the device: the plan kernel
 // (plan.cu) and the decode CTAs that plan their own partition (cta_plan.cuh).
 
 #include <cstdint>
@@ -36,6 +36,22 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* smem, int64_t* total
   *total = smem[kWarps];
   __syncthreads();  // smem may be reused as soon as this returns
   return warp_base + inc - v;
+}
+
+/// The largest v over the kThreads threads of the CTA; every thread gets it. Every thread of the CTA must call it (it
+/// synchronises the CTA). `smem`: kThreads / 32 values of scratch, free again on return.
+template <int kThreads>
+__device__ int64_t block_max(int64_t v, int64_t* smem) {
+  constexpr int kWarpSize = 32;
+  constexpr int kWarps = kThreads / kWarpSize;
+  static_assert(kThreads % kWarpSize == 0 && kWarps <= kWarpSize, "one warp reduces the warp maxima");
+  for (int d = 1; d < kWarpSize; d *= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
+  if (threadIdx.x % kWarpSize == 0) smem[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  int64_t m = smem[0];
+  for (int w = 1; w < kWarps; ++w) m = max(m, smem[w]);
+  __syncthreads();  // smem may be reused as soon as this returns
+  return m;
 }
 
 }  // namespace mlakit::cuda::decode

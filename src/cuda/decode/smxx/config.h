@@ -31,6 +31,10 @@ static_assert(kDimQKV4 == kDimV, "V4's V is its whole row: the first kDimV colum
 /// Per-request fixed cost, in KV tiles, that the plan adds to every request when it balances work:
 /// loading the query rows and writing the output cost about as much as two tiles.
 inline constexpr int kFixedCostTiles = 2;
+/// What splitting a request costs, in KV tiles of the partition that splits it: its partial rows written and read back
+/// and its share of the combine. The plan keeps requests whole when that makes the busiest partition at most this much
+/// longer than an even split (plan.cuh, whole_requests_per_partition).
+inline constexpr int kSplitCostTiles = 6;
 /// Threads of the single-CTA plan kernel.
 inline constexpr int kPlanThreads = 1024;
 /// Plan requests up to which every decode CTA plans its own partition (cta_plan.cuh: no plan kernel, one launch

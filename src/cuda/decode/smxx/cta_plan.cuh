@@ -38,18 +38,28 @@ __device__ const PartitionBounds* partition_bounds(const DecodeParams& p, int pa
   } else if (p.cta_plan == 0) {
     if (tid == 0) bounds = PartitionBounds{p.plan_partitions[part], p.plan_partitions[part + 1]};
   } else {
-    // The plan kernel's steps 1 and 2 (plan.cu) for two partition starts only: this one's and the next one's.
+    // The plan kernel's steps 1 and 2 (plan.cu) for two partition starts only: this one's and the next one's, or its
+    // whole-request rule.
     const int64_t b = p.batch;
     const int64_t per = (b + kThreads - 1) / kThreads;
     const int64_t r0 = min(b, int64_t(tid) * per);
     const int64_t r1 = min(b, r0 + per);
-    int64_t local = 0;
-    for (int64_t r = r0; r < r1; ++r) local += request_cost<kSparse>(p.lens, int32_t(r), tile_shift);
+    int64_t local = 0, local_max = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = request_cost<kSparse>(p.lens, int32_t(r), tile_shift);
+      local += c;
+      local_max = max(local_max, c);
+    }
     int64_t total = 0;
     const int64_t before = block_exclusive_scan<kThreads>(local, scan, &total);
     const int64_t width = max((total + p.partitions - 1) / p.partitions, int64_t(kFixedCostTiles + 1));
+    const int64_t whole = whole_requests_per_partition(b, p.partitions, block_max<kThreads>(local_max, scan), width);
+    if (whole > 0 && tid == 0) {  // the plan kernel's rule too: whole requests, none split
+      bounds.start = PartitionStart{int32_t(min(int64_t(part) * whole, b)), 0};
+      bounds.end = PartitionStart{int32_t(min((int64_t(part) + 1) * whole, b)), 0};
+    }
 #pragma unroll 1
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 2 && whole == 0; ++k) {
       const int64_t unit = (int64_t(part) + k) * width;
       PartitionStart* s = k == 0 ? &bounds.start : &bounds.end;
       if (part + k >= p.partitions || unit >= total) {
@@ -73,7 +83,8 @@ __device__ const PartitionBounds* partition_bounds(const DecodeParams& p, int pa
     __syncthreads();
     if (writes_plans) {
       // Requests whose tile 0 lies in [start, end): all but the last go wholly to this partition; the last goes on
-      // into the next one when the end is inside it (end.tile > 0), as the plan kernel's step 3 finds.
+      // into the next one when the end is inside it (end.tile > 0), as the plan kernel's step 3 finds. (Whole
+      // requests: none goes on.)
       const PartitionStart s = bounds.start, e = bounds.end;
       const int64_t first = s.tile == 0 ? s.req : int64_t(s.req) + 1;
       const bool goes_on = e.tile > 0;

@@ -10,6 +10,10 @@
 // the one holding tile 0 of r is g0 = (cost[r] + kFixedCostTiles) / W and the split index of
 // partition g in request r is g - g0.
 //
+// Where k = ceil(b / G) whole requests per partition keep the busiest one within kSplitCostTiles units of W
+// (whole_requests_per_partition: uniform lengths, mostly), partition g takes requests [g k, g k + k) whole instead,
+// and no request is split.
+//
 // Decode CTAs plan their own partition the same way when the batch is small (cta_plan.cuh); this kernel serves the
 // larger ones (kCtaPlanMaxRequests), and only then do the kernels read its partition starts.
 
@@ -36,10 +40,15 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
   const int64_t r0 = min(b, int64_t(threadIdx.x) * per);
   const int64_t r1 = min(b, r0 + per);
 
-  // 1. cost prefix sums (request_len's general form: it serves dense decode too, with fold 1 and no cap).
-  int64_t local = 0;
-  for (int64_t r = r0; r < r1; ++r)
-    local += request_cost</*kSparse=*/true>(p.lens, int32_t(r), p.tile_shift);
+  // 1. cost prefix sums (request_len's general form: it serves dense decode too, with fold 1 and no cap), and the
+  // largest cost.
+  int64_t local = 0, local_max = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = request_cost</*kSparse=*/true>(p.lens, int32_t(r), p.tile_shift);
+    local += c;
+    local_max = max(local_max, c);
+  }
+  const int64_t cost_max = block_max<kPlanThreads>(local_max, scan_smem);
   int64_t total_cost = 0;
   int64_t run = block_exclusive_scan<kPlanThreads>(local, scan_smem, &total_cost);
   for (int64_t r = r0; r < r1; ++r) {
@@ -51,12 +60,16 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
 
   const int64_t g_count = p.partitions;
   const int64_t width = max((total_cost + g_count - 1) / g_count, int64_t(kFixedCostTiles + 1));
+  // Whole requests, `whole` per partition and none split, where splitting would save less than it costs.
+  const int64_t whole = whole_requests_per_partition(b, g_count, cost_max, width);
 
-  // 2. partition starts: binary search of the request holding unit g * W.
+  // 2. partition starts: binary search of the request holding unit g * W (or the whole-request rule's).
   for (int64_t g = threadIdx.x; g <= g_count; g += kPlanThreads) {
     const int64_t unit = g * width;
     PartitionStart s{int32_t(b), 0};
-    if (g < g_count && unit < total_cost) {
+    if (whole > 0) {
+      s = PartitionStart{int32_t(min(g * whole, b)), 0};
+    } else if (g < g_count && unit < total_cost) {
       int64_t lo = 0, hi = b - 1;  // largest r with cost[r] <= unit
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;
@@ -70,6 +83,10 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
 
   // 3. per request: first partition, number of splits, and the partial slot of its first part (split_slot).
   for (int64_t r = r0; r < r1; ++r) {
+    if (whole > 0) {
+      p.requests_out[r] = RequestPlan{int32_t(r / whole), 1, int32_t(partition_slot(r / whole, true)), 0};
+      continue;
+    }
     const int64_t c = p.cost_scratch[r];
     const int64_t tiles = p.cost_scratch[r + 1] - c - kFixedCostTiles;
     const int64_t g0 = (c + kFixedCostTiles) / width;

@@ -192,6 +192,16 @@ __device__ __forceinline__ int64_t request_cost(const RequestLengths& l, int32_t
   return request_tiles(request_len<kSparse>(l, r), tile_shift) + kFixedCostTiles;
 }
 
+/// The plan's whole-request rule (plan.cu, cta_plan.cuh): k = ceil(b / G) requests per partition, none split, when that
+/// keeps the busiest partition (at most k requests of at most cmax cost units each) within kSplitCostTiles units of the
+/// even split's width, that is when splitting would save less than it costs; else 0 (split as the work model cuts).
+/// Uniform lengths meet it where k requests fill a partition nearly as well as the even split: 128 requests of 4096
+/// tokens over 66 partitions, 2 each, 3% over the width.
+__device__ inline int64_t whole_requests_per_partition(int64_t b, int64_t partitions, int64_t cmax, int64_t width) {
+  const int64_t k = (b + partitions - 1) / partitions;
+  return k * cmax <= width + kSplitCostTiles ? k : 0;
+}
+
 /// The partial slot of the part of a split request that partition g holds (RequestPlan in params.h): 2 g for the
 /// request g starts in (its first), 2 g + 1 for its last one, when that one goes on into the next partition.
 __host__ __device__ inline int64_t partition_slot(int64_t g, bool first_request) { return 2 * g + (first_request ? 0 : 1); }
