@@ -1,7 +1,7 @@
 #pragma once
 // The portable ragged prefill kernel (issue 10, docs/spec.md section 3): flash-attention-2 tiling with mma.sync
 // (SM80+). One CTA = 64 query rows of one request and one head (4 warps of 16 rows), walking that request's keys
-// in tiles of 64 through a two-stage cp.async ring; Q stays in shared memory (its A fragments re-read per tile),
+// in tiles of 64 through one K and one V buffer loaded by cp.async (PrefillSmem); Q stays in shared memory (its A fragments re-read per tile),
 // S and O in fp32 accumulators, the softmax online in the log2 domain.
 //
 // The work mapping (slots to requests and blocks) and the parameters are shared with the Hopper kernel
@@ -24,13 +24,15 @@ inline constexpr int kBlockN = 64;  // keys per tile
 inline constexpr int kWarps = 4;
 inline constexpr int kThreads = kWarps * 32;
 
-/// Shared memory of a CTA: Q, then two stages of K and V tiles; rows of D 16-bit values.
+/// Shared memory of a CTA: Q, one K tile and one V tile; rows of D 16-bit values. One buffer each (64 KB at 192 / 128)
+/// so that three CTAs fit on an SM: K of the next tile loads while this tile's softmax and P V run, V of the next while
+/// its Q K^T runs (flash-attention 2's order), and the other CTAs cover what those loads leave exposed.
 template <int kDQK, int kDV>
 struct PrefillSmem {
   static constexpr int q = 0;
   static constexpr int k0 = q + kBlockM * kDQK * 2;
-  static constexpr int v0 = k0 + 2 * kBlockN * kDQK * 2;
-  static constexpr int total = v0 + 2 * kBlockN * kDV * 2;
+  static constexpr int v0 = k0 + kBlockN * kDQK * 2;
+  static constexpr int total = v0 + kBlockN * kDV * 2;
 };
 
 /// Byte offset of the 16-byte piece `piece` of row `row` in a tile of rows of kD 16-bit values: pieces are
@@ -55,7 +57,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint8_t* src, int6
 }
 
 template <bool kBf16, int kDQK, int kDV>
-__global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_constant__ PrefillParams p) {
+__global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(kDQK % 16 == 0 && kDV % 16 == 0);
   using Smem = PrefillSmem<kDQK, kDV>;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -75,17 +77,24 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   const uint8_t* k_src = p.k + (k0 * p.k_stride_t + int64_t(h) * p.k_stride_h) * 2;
   const uint8_t* v_src = p.v + (k0 * p.v_stride_t + int64_t(h) * p.v_stride_h) * 2;
 
-  auto load_kv = [&](int32_t t) {  // tile t into stage t % 2
+  // Tile t's keys into the K buffer, its values into the V buffer; each call is one cp.async group.
+  auto load_k = [&](int32_t t) {
     const int valid = int(min(int64_t(kBlockN), lk - int64_t(t) * kBlockN));
-    const int st = t & 1;
-    load_tile<kDQK>(base + Smem::k0 + st * kBlockN * kDQK * 2, k_src + int64_t(t) * kBlockN * p.k_stride_t * 2,
-                    p.k_stride_t, valid, kBlockN);
-    load_tile<kDV>(base + Smem::v0 + st * kBlockN * kDV * 2, v_src + int64_t(t) * kBlockN * p.v_stride_t * 2,
-                   p.v_stride_t, valid, kBlockN);
+    load_tile<kDQK>(base + Smem::k0, k_src + int64_t(t) * kBlockN * p.k_stride_t * 2, p.k_stride_t, valid, kBlockN);
+    cp_async_commit();
   };
+  auto load_v = [&](int32_t t) {
+    const int valid = int(min(int64_t(kBlockN), lk - int64_t(t) * kBlockN));
+    load_tile<kDV>(base + Smem::v0, v_src + int64_t(t) * kBlockN * p.v_stride_t * 2, p.v_stride_t, valid, kBlockN);
+    cp_async_commit();
+  };
+  // Groups in order: Q with K(0), V(0), then per tile K(t + 1), V(t + 1) (empty past the last tile), so that "all but
+  // the newest group" is always the buffer about to be read.
   load_tile<kDQK>(base + Smem::q, q_src, p.q_stride_t, rows, kBlockM);
-  if (n_tiles > 0) load_kv(0);
-  cp_async_commit();
+  if (n_tiles > 0) {
+    load_k(0);
+    load_v(0);
+  }
 
 
   // Visible keys of this thread's two rows: [0, limit).
@@ -96,12 +105,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int32_t t = 0; t < n_tiles; ++t) {
-    if (t + 1 < n_tiles) load_kv(t + 1);  // the stage read in the previous iteration (synced at its end)
-    cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<1>();  // K(t) (and Q) landed; V(t) may still be on its way
     __syncthreads();
-    const uint32_t ks = base + Smem::k0 + (t & 1) * kBlockN * kDQK * 2;
-    const uint32_t vs = base + Smem::v0 + (t & 1) * kBlockN * kDV * 2;
+    const uint32_t ks = base + Smem::k0;
+    const uint32_t vs = base + Smem::v0;
 
     // ---- S = Q K^T (16 x 64 per warp) ----
     float s[kBlockN / 8][4] = {};
@@ -119,6 +126,13 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         mma_16816<kBf16>(s[2 * np], qa, b[0], b[1]);
         mma_16816<kBf16>(s[2 * np + 1], qa, b[2], b[3]);
       }
+    }
+
+    __syncthreads();  // every warp is done with K(t): K(t + 1) loads under the softmax and P V
+    if (t + 1 < n_tiles) {
+      load_k(t + 1);
+    } else {
+      cp_async_commit();  // an empty group keeps the count
     }
 
     // ---- online softmax (log2 domain) ----
@@ -153,6 +167,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
       }
     }
 
+    cp_async_wait<1>();  // V(t) landed; K(t + 1) may still be on its way
+    __syncthreads();
     // ---- O += P V: P from the S accumulators (16 keys per k-step), V through ldmatrix.trans ----
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -168,7 +184,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const __grid_const
         mma_16816<kBf16>(o[2 * nn + 1], a, b[2], b[3]);
       }
     }
-    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+    __syncthreads();  // every warp is done with V(t): V(t + 1) loads under the next Q K^T
+    if (t + 1 < n_tiles) load_v(t + 1);
   }
   cp_async_wait_all();
 
