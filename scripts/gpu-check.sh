@@ -120,7 +120,7 @@ L=Paths/CudaPrefillLong
 declare -A SAN_FILTER=(
   [gpu_test_prefill]="$R/0:$R/1:$R/2:$R/3:$R/6:$R/7:$R/24:$R/25:$R/27:$R/30:$L.ManyShortRequestsNonCausal/*:$L.OneHeadWithAnOddOutHeadStride/*:$L.StridesOfOneElementDimensionsAreNotUsed/*:$L.DeviceLengthsWithFewerKeysThanQueries/*:$L.GarbageDeviceLengthsStayInBounds/*:CudaPrefillSupports.*"
   [gpu_test_context_parallel]="$C/0:$C/8:$C/14:$C/22:ShardHelpers.*"
-  [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*"
+  [gpu_test_decode]="$P/cuda_bf16_P64_h16:$P/cuda_fp8_ds_mla_P1_h9:$P/cuda_fp8_e4m3_P16_h63:$P/cuda_fp16_P32_h128:$P/cuda_sm90_bf16_P64_h16:$P/cuda_sm90_bf16_P1_h9:$P/cuda_sm90_fp16_P16_h63:$P/cuda_sm90_bf16_P128_h128:$P/cuda_sm90_fp8_ds_mla_P1_h63:$P/cuda_sm90_fp8_e4m3_P16_h63:Cuda/DecodeGraph.*:Cuda/DecodeEdges.AllEmpty/*:Cuda/DecodeEdges.UniformLengthsKeepRequestsWhole/*"
   [gpu_test_sparse_extra]="$X/cuda_fp8_ds_v4_h3:$X/cuda_fp8_e4m3_h64:$X/cuda_fp8_ds_mla_h16:$X/cuda_sm90_fp8_ds_v4_h64:$X/cuda_sm90_bf16_h17:$X/cuda_sm90_fp8_ds_mla_h63:SparseExtraSelection.*"
   [gpu_test_sparse_decode]="$S/cuda_bf16_h16:$S/cuda_fp8_ds_mla_h128:$S/cuda_fp8_e4m3_h3:$S/cuda_fp16_h63:$S/cuda_sm90_bf16_h16:$S/cuda_sm90_bf16_h128:$S/cuda_sm90_fp16_h63:$S/cuda_sm90_fp8_ds_mla_h128:$S/cuda_sm90_fp8_e4m3_h32:Cuda/SparseEdges.AllInvalidRowsAndEmptyLengths/*:Cuda/SparseEdges.IdsPastTheCacheAreNoKey/*:Cuda/SparseEdges.SplitRequestWithSink/*:Cuda/SparseEdges.PaddedPageStride/*:Cuda/SparseGraph.*"
 )
