@@ -384,8 +384,9 @@ TEST_P(DecodeEdges, ManyRequestsPerCta) {
 // Uniform (or nearly uniform) lengths, where the plan keeps requests whole instead of splitting them when that costs
 // the busiest partition at most kSplitCostTiles (smxx/plan.cuh, whole_requests_per_partition): on a 132-SM GPU, 264
 // requests of 256 keys (16 heads: two per partition on the Hopper path), 132 of 512 at 128 heads (two per CTA pair),
-// 264 alternating 256 and 200 keys, all through the decode CTAs' own plan, and 4,500 of 40 keys through the plan
-// kernel (35 per partition). Whichever schedule a device's partition count gives, the result must match the reference
+// 264 alternating 256 and 200 keys, all through the decode CTAs' own plan, and 4,500 of 100 keys through the plan
+// kernel (35 per partition; two key tiles each, so a plan kernel that split them by the work model after all would be
+// seen on both paths). Whichever schedule a device's partition count gives, the result must match the reference
 // and every row must be written once (the workspace and outputs start poisoned; the combine then finds nothing split).
 TEST_P(DecodeEdges, UniformLengthsKeepRequestsWhole) {
   const Backend& be = backend_named(GetParam());
@@ -394,7 +395,7 @@ TEST_P(DecodeEdges, UniformLengthsKeepRequestsWhole) {
     int batch, len, other_len, h_q, page_size;
   };
   for (const Shape sh : {Shape{264, 256, 256, 16, 64}, Shape{132, 512, 512, 128, 64}, Shape{264, 256, 200, 16, 16},
-                         Shape{4500, 40, 40, 16, 64}}) {
+                         Shape{4500, 100, 100, 16, 64}}) {
     DecodeCaseConfig cfg;
     cfg.seq_lens.resize(size_t(sh.batch));
     for (int r = 0; r < sh.batch; ++r) cfg.seq_lens[size_t(r)] = r % 2 == 0 ? sh.len : sh.other_len;
