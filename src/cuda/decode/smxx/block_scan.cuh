@@ -1,6 +1,6 @@
 #pragma once
-// A CTA-wide exclusive prefix sum and maximum, for the two places that plan split-KV work on the device: the plan kernel
-// (plan.cu) and the decode CTAs that plan their own partition (cta_plan.cuh).
+// A CTA-wide exclusive prefix sum and maximum, for the two places that plan split-KV work on the device: the plan
+// kernel (plan.cu) and the decode CTAs that plan their own partition (cta_plan.cuh).
 
 #include <cstdint>
 

@@ -6,7 +6,8 @@
 // laid end to end ([cost[r], cost[r + 1]) for request r); partition g starts at unit g * W with
 // W = max(ceil(C / G), kFixedCostTiles + 1). A start that falls in the fixed-cost units of request r
 // starts at tile 0 of r. Because W exceeds the fixed cost, two partitions never start at the same
-// (req, tile), so every partition is non-empty and the partitions sharing a request are consecutive:
+// (req, tile), so every partition that starts before unit C is non-empty (those past it are empty, as are those
+// from ceil(b / k) on under the whole-request rule below) and the partitions sharing a request are consecutive:
 // the one holding tile 0 of r is g0 = (cost[r] + kFixedCostTiles) / W and the split index of
 // partition g in request r is g - g0.
 //

@@ -1,8 +1,8 @@
 #pragma once
 // The portable ragged prefill kernel (issue 10, docs/spec.md section 3): flash-attention-2 tiling with mma.sync
 // (SM80+). One CTA = 64 query rows of one request and one head (4 warps of 16 rows), walking that request's keys
-// in tiles of 64 through one K and one V buffer loaded by cp.async (PrefillSmem); Q stays in shared memory (its A fragments re-read per tile),
-// S and O in fp32 accumulators, the softmax online in the log2 domain.
+// in tiles of 64 through one K and one V buffer loaded by cp.async (PrefillSmem); Q stays in shared memory (its A
+// fragments re-read per tile), S and O in fp32 accumulators, the softmax online in the log2 domain.
 //
 // The work mapping (slots to requests and blocks) and the parameters are shared with the Hopper kernel
 // (smxx/block.cuh). Keys and query rows past a request are zero-filled in shared memory, never read; rows that see
@@ -25,8 +25,9 @@ inline constexpr int kWarps = 4;
 inline constexpr int kThreads = kWarps * 32;
 
 /// Shared memory of a CTA: Q, one K tile and one V tile; rows of D 16-bit values. One buffer each (64 KB at 192 / 128)
-/// so that three CTAs fit on an SM: K of the next tile loads while this tile's softmax and P V run, V of the next while
-/// its Q K^T runs (flash-attention 2's order), and the other CTAs cover what those loads leave exposed.
+/// so that three CTAs fit on an sm_90 SM (two on sm_80's 164 KB, one on sm_86 / sm_89 / sm_120): K of the next tile
+/// loads while this tile's softmax and P V run, V of the next while its Q K^T runs (flash-attention 2's order), and the
+/// other CTAs cover what those loads leave exposed.
 template <int kDQK, int kDV>
 struct PrefillSmem {
   static constexpr int q = 0;
