@@ -66,10 +66,11 @@ class Backend {
   /// backends plan inside the decode kernel itself for batches up to 4096 requests: their plan then launches nothing,
   /// and run reads seq_lens afresh each call; calling plan first stays the contract.)
   Status plan(const DecodeProblem& p, Workspace ws, Stream stream) const;
-  /// Runs decode with the schedule that `plan` left in `ws`. On a stream that is not being captured, the Hopper
-  /// backend replays its two kernels (decode, combine) as one CUDA graph that it keeps per (host thread, device,
-  /// stream, kernel pair), the last 16 per thread, freed when the thread ends: a launch less of host time per call
-  /// (docs/design.md, "An eager Hopper decode call replays a graph"). Under capture it launches plainly.
+  /// Runs decode with the schedule that `plan` left in `ws`. On a stream that is not being captured, the CUDA
+  /// backends (`cuda_sm90`, and `cuda` for dense and sparse decode) replay their two kernels (decode, combine) as one
+  /// CUDA graph kept per (host thread, device, stream, kernel pair), the last 16 per thread, freed when the thread
+  /// ends: a launch less of host time per call (docs/design.md, "An eager decode call replays a graph"). Under
+  /// capture, or when a call needs one kernel only, they launch plainly.
   Status run(const DecodeProblem& p, Workspace ws, Stream stream) const;
 
   // ---- single-call operations ----
