@@ -97,7 +97,8 @@ __global__ void qk_kernel(const uint16_t* a, const uint16_t* b, float* d) {
 }
 
 // D[64 x kN] = P[64 x 64] V[64 x kN]; P K-major (one chunk) from shared memory or registers, V MN-major
-// (token rows of 64 values per chunk, kN / 64 chunks). kN = 128 exists with P from registers only (the prefill's).
+// (token rows of 64 values per chunk, kN / 64 chunks). kN = 128: the prefill's P V (P from registers) and the halves of
+// the decode kernels with two producers (both forms).
 template <int kN, bool kPRegisters>
 __global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
   extern __shared__ uint8_t raw[];
@@ -121,9 +122,10 @@ __global__ void pv_kernel(const uint16_t* p, const uint16_t* v, float* d) {
   wgmma_fence();
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t bv = wgmma_desc(sv + kk * 16 * 128, kChunk, 1024);
-    if constexpr (kN == 128) {
-      static_assert(kPRegisters);
+    if constexpr (kN == 128 && kPRegisters) {
       wgmma_m64n128k16_rs_tb<true>(acc, a[kk], bv);
+    } else if constexpr (kN == 128) {
+      wgmma_m64n128k16_ss_tb<true>(acc, wgmma_desc(sp + kk * 32, 16, 1024), bv);
     } else if constexpr (kPRegisters) {
       wgmma_m64n256k16_rs_tb<true>(acc, a[kk], bv);
     } else {
@@ -331,6 +333,11 @@ TEST(PtxSm90, WgmmaMnMajorBFromRegisterA) {
 TEST(PtxSm90, WgmmaN128MnMajorBFromRegisterA) {
   SKIP_UNLESS_HOPPER();
   check_pv<128, true>();
+}
+
+TEST(PtxSm90, WgmmaN128MnMajorBFromSharedA) {
+  SKIP_UNLESS_HOPPER();
+  check_pv<128, false>();
 }
 
 // TMA boxes of a paged bf16 cache with padded page strides, for a page larger than the box and one smaller.

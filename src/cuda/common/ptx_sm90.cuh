@@ -296,6 +296,25 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t
   }
 }
 
+// D (64 x 128, fp32) += A (64 x 16, smem, K-major) * B (16 x 128, smem, MN-major): half of the m64n256 form, for
+// kernels of 512 threads, whose 128 registers per thread at launch no m64n256 instruction fits in (ptxas C7602).
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n128k16_ss_tb(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" MLAKIT_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+        : MLAKIT_WGMMA_D64_OPERANDS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MLAKIT_WGMMA_D64_REGS "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+        : MLAKIT_WGMMA_D64_OPERANDS(d)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  }
+}
+
 // D (64 x 256, fp32) += A (64 x 16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
 // B (16 x 256, smem, MN-major).
 template <bool kBf16>

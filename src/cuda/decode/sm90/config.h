@@ -5,7 +5,8 @@
 // Host and device code both read this file; everything that ties the numbers together is static_assert'ed.
 //
 // One CTA = 64 query rows (h_q x s_q folded, the wgmma M) x one partition of the batch's KV work (the
-// plan shared with the portable kernel). Three warpgroups with fixed roles:
+// plan shared with the portable kernel). Three warpgroups with fixed roles (four in CTA pairs over fp8 caches: two
+// producers, below):
 //   0  the S warpgroup: S = Q K^T of every tile (64 x 64 x d_qk, 576 or V4's 512), the masks and the online softmax
 //      (running row maxima and sums stay in its registers), P V into output columns [0, 256) with P from registers,
 //      and P and the rescale factors to shared memory for warpgroup 1.
@@ -50,22 +51,41 @@ inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kConsumers = 2;
 inline constexpr int kSWarpgroup = 0;  // Q K^T, softmax, P V of output columns [0, 256)
 inline constexpr int kVWarpgroup = 1;  // P V of output columns [256, 512)
-inline constexpr int kProducer = kConsumers;  // warpgroup index of the producer
-inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+inline constexpr int kProducer = kConsumers;  // warpgroup index of the (first) producer
+/// Producer warpgroups: two in CTA pairs over fp8 caches (128 query rows and more), one elsewhere. An fp8 producer loads
+/// every row into registers and converts it, and at 128 query rows it sets the pace (profiles: busy ~95% of each
+/// tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with g % 2 = k: each
+/// runs the one-producer code with two tile times per tile, its waits overlapping the other's work. Measured on an
+/// H200 (docs/performance.md, 2026-11-28): the 128-head fp8 rows -3.4 to -6.6%; CTAs without a pair were 15 - 36%
+/// slower with two (they lose the lookups a lone producer carries from tile to tile, and spill), so they keep one.
+template <KvKind kKind, bool kPair>
+inline constexpr int kProducers = kKind != KvKind::k16Bit && kPair ? 2 : 1;
+template <KvKind kKind, bool kPair>
+inline constexpr int kThreadsOf = (kConsumers + kProducers<kKind, kPair>) * kWarpgroupThreads;
+inline constexpr int kThreads = kThreadsOf<KvKind::k16Bit, false>;  // 384
+inline constexpr int kMaxThreads = (kConsumers + 2) * kWarpgroupThreads;  // 512
 /// Registers per thread after setmaxnreg. The S warpgroup holds its half of O (64 x 256 fp32 = 128 per thread), S
 /// (32) and P (16; P V of a tile may still read them while the next Q K^T writes S), the V warpgroup its half of O,
 /// the producer row addresses and one pass of fp8 loads. setmaxnreg.inc draws only on the registers the CTA's own
-/// warps released with setmaxnreg.dec (the CTA launched with kLaunchRegs per thread), so the S warpgroup's gain must
+/// warps released with setmaxnreg.dec (the CTA launched with Regs::kLaunch per thread), so the S warpgroup's gain must
 /// not exceed what the others release, or its setmaxnreg.inc waits forever (seen: 216 / 216 / 80 hung every launch).
-inline constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168: what __launch_bounds__(384, 1) allows
-inline constexpr int kSRegs = 216;
-inline constexpr int kVRegs = 160;
-inline constexpr int kProducerRegs = 128;
-static_assert(kSRegs - kLaunchRegs <= (kLaunchRegs - kVRegs) + (kLaunchRegs - kProducerRegs),
-              "the S warpgroup may take only what the others give back");
-static_assert((kSRegs + kVRegs + kProducerRegs) * kWarpgroupThreads <= 65536);
-static_assert(kSRegs % 8 == 0 && kVRegs % 8 == 0 && kProducerRegs % 8 == 0, "setmaxnreg takes multiples of 8");
-
+/// With two producers the CTA launches 512 threads with 128 registers each and the consumers grow to what they have
+/// with one; the producers get 72 and 64 (ptxas spills 20 - 44 bytes in them). The V warpgroup cannot give up more:
+/// at 152 its wgmma were serialised and it spilled 1.7 KB. No m64n256 wgmma fits in 128 registers at launch (ptxas
+/// C7602), so those kernels issue P V in m64n128 halves (consumer.cuh, pv_rs / pv_ss).
+template <int kNumProducers>
+struct Regs {
+  static constexpr int kThreadsPerCta = (kConsumers + kNumProducers) * kWarpgroupThreads;
+  static constexpr int kLaunch = 65536 / kThreadsPerCta / 8 * 8;  // 168 (384 threads) or 128 (512)
+  static constexpr int kS = 216;
+  static constexpr int kV = 160;
+  static constexpr int kProducer = kNumProducers == 1 ? 128 : 72;  // the first producer's
+  static constexpr int kProducer2 = 64;                              // the second's, with two
+  static_assert(kS - kLaunch <= (kLaunch - kProducer) + (kNumProducers - 1) * (kLaunch - kProducer2) + (kLaunch - kV),
+                "the consumers may take only what the others give back");
+  static_assert((kS + kV + kProducer + (kNumProducers - 1) * kProducer2) * kWarpgroupThreads <= 65536);
+  static_assert(kS % 8 == 0 && kV % 8 == 0 && kProducer % 8 == 0 && kProducer2 % 8 == 0, "multiples of 8");
+};
 // ---- the three parts of a KV stage (V4: the two V halves only), each with its own full and empty barrier ----
 enum Part : int { kPartHalf0 = 0, kPartHalf1 = 1, kPartRope = 2 };
 inline constexpr int kParts = 3;
@@ -95,7 +115,7 @@ inline constexpr int kBarPReady = 1;      // the S warpgroup stored P and alpha 
 inline constexpr int kBarPV1Issued = 2;   // the V warpgroup issued that tile's P V (so it runs before the next Q K^T)
 inline constexpr int kBarPFree = 3;       // the V warpgroup's P V of the tile is done: P and alpha may be rewritten
 inline constexpr int kBarEpilogue = 5;    // the S warpgroup stored the rows' output scales (epilogue)
-inline constexpr int kBarProducer = 6;  // the producer's converted rows are all stored (before the copy to the peer)
+inline constexpr int kBarProducer = 6;  // producer k's converted rows are all stored (before the copy to the peer): 6 + k
 inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
 
 // ---- shared memory, in bytes from a 1024-byte aligned base ----

@@ -35,6 +35,29 @@ __device__ __forceinline__ uint64_t k_major(uint32_t addr) { return wgmma_desc(a
 /// Descriptor of V as an MN-major B operand: token rows of 64 values per chunk, chunks kChunkBytes apart.
 __device__ __forceinline__ uint64_t v_operand(uint32_t addr) { return wgmma_desc(addr, kChunkBytes, 1024); }
 
+/// One k16 step of P V into a warpgroup's 256 output columns, P from registers (rs) or shared memory (ss), V's
+/// operand `v` MN-major; kHalves: the kernel has two producers (config.h) and launches 512 threads with 128 registers
+/// each, in which no m64n256 instruction fits (ptxas C7602), so they issue two m64n128 halves: accumulator registers
+/// 0-63 hold output columns 0-127 of the 256, 64-127 the rest, whose V columns start two chunks further.
+template <bool kHalves, bool kBf16>
+__device__ __forceinline__ void pv_rs(float (&o)[128], const uint32_t (&a)[4], uint64_t v) {
+  if constexpr (!kHalves) {
+    wgmma_m64n256k16_rs_tb<kBf16>(o, a, v);
+  } else {
+    wgmma_m64n128k16_rs_tb<kBf16>(*reinterpret_cast<float(*)[64]>(&o[0]), a, v);
+    wgmma_m64n128k16_rs_tb<kBf16>(*reinterpret_cast<float(*)[64]>(&o[64]), a, desc_plus(v, 2 * kChunkBytes));
+  }
+}
+template <bool kHalves, bool kBf16>
+__device__ __forceinline__ void pv_ss(float (&o)[128], uint64_t p, uint64_t v) {
+  if constexpr (!kHalves) {
+    wgmma_m64n256k16_ss_tb<kBf16>(o, p, v);
+  } else {
+    wgmma_m64n128k16_ss_tb<kBf16>(*reinterpret_cast<float(*)[64]>(&o[0]), p, v);
+    wgmma_m64n128k16_ss_tb<kBf16>(*reinterpret_cast<float(*)[64]>(&o[64]), p, desc_plus(v, 2 * kChunkBytes));
+  }
+}
+
 /// Waits until `part` of the tile of CTA tile index g has landed. A part copied with cp.async was written
 /// through the generic proxy: `fence` (consumer_fences) makes it visible to this thread's wgmma (async proxy) reads.
 __device__ __forceinline__ void wait_part(const Smem& sm, uint32_t g, int part, bool fence) {
@@ -252,7 +275,7 @@ __device__ __forceinline__ void store_o(const DecodeParams& p, const Piece& pc, 
 
 /// The S warpgroup (config.h): Q K^T, softmax and P V of output columns [0, 256) for every tile of the CTA's pieces,
 /// then each row's lse (and sparse max_logits) and output factor.
-template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kPair>
 __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_tma, const Smem& sm,
                                                 const PartitionBounds& bounds, int partition, int row_block, int peer) {
   const AccLane at(kSWarpgroup);
@@ -394,7 +417,7 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       wgmma_fence();
       const uint64_t v = v_operand(sm.stage(st));  // V half 0: chunks 0-3 of the stage
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs_tb<kBf16>(o, pa[kk], desc_plus(v, kk * 16 * 128));
+      for (int kk = 0; kk < 4; ++kk) pv_rs<(kProducers<kKind, kPair> > 1), kBf16>(o, pa[kk], desc_plus(v, kk * 16 * 128));
       wgmma_commit();
       fence_proxy_async();  // the V warpgroup's wgmma reads P through the async proxy
       consumer_barrier(kBarPReady);
@@ -495,7 +518,7 @@ __device__ __forceinline__ void run_v_warpgroup(const DecodeParams& p, bool use_
       const uint64_t pd = k_major(sm.p());
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n256k16_ss_tb<kBf16>(o, desc_plus(pd, kk * 32), desc_plus(v, kk * 16 * 128));
+        pv_ss<(kProducers<kKind, kPair> > 1), kBf16>(o, desc_plus(pd, kk * 32), desc_plus(v, kk * 16 * 128));
       }
       wgmma_commit();
       // A bar.sync, though this side publishes nothing there (it only waits until the S warpgroup has issued its P V

@@ -21,7 +21,7 @@ namespace mlakit::cuda::decode::sm90 {
 /// Dynamic shared memory to request: the layout plus slack to align its base to 1024 bytes.
 inline constexpr int kSmemAlloc = SmemLayout::total + 1024;
 // The plan's static shared memory (cta_plan.cuh) comes on top of the dynamic allocation; 16 bytes of its alignment.
-static_assert(kSmemAlloc + kCtaPlanSmemBytes<kThreads> + 16 <= 227 * 1024, "a Hopper block may opt into 227 KB");
+static_assert(kSmemAlloc + kCtaPlanSmemBytes<kMaxThreads> + 16 <= 227 * 1024, "a Hopper block may opt into 227 KB");
 
 /// Grid: (row blocks of 64 query rows, plan partitions); kPair: in clusters of two along the row blocks (CTA pairs,
 /// config.h: fp8 caches with an even number of row blocks). `kv_map` describes the cache for TMA when
@@ -29,7 +29,7 @@ static_assert(kSmemAlloc + kCtaPlanSmemBytes<kThreads> + 16 <= 227 * 1024, "a Ho
 /// rows (kKind) are dequantised by the producer on the way. kDqk: 576 (V3) or 512 (V4's geometry, sparse only;
 /// config.h, Geometry).
 template <bool kBf16, KvKind kKind, bool kSparse, bool kPair, int kDqk>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreadsOf<kKind, kPair>, 1)
     decode_kernel(const __grid_constant__ DecodeParams p, const __grid_constant__ CUtensorMap kv_map, int use_tma) {
   static_assert(!kPair || kKind != KvKind::k16Bit, "CTA pairs share converted fp8 tiles only");
   static_assert(kDqk == kDimQK || kSparse, "V4's geometry is served for sparse decode only");
@@ -59,18 +59,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (peer >= 0) cluster_sync();  // the peer's barriers exist before anything arrives on them
   pdl_wait();  // q, the cache, seq_lens and the plan may all come from the previous kernels
-  const PartitionBounds* bounds = partition_bounds<kSparse, kThreads>(p, int(blockIdx.y), kTileShift, blockIdx.x == 0);
+  const PartitionBounds* bounds =
+      partition_bounds<kSparse, kThreadsOf<kKind, kPair>>(p, int(blockIdx.y), kTileShift, blockIdx.x == 0);
+  using R = Regs<kProducers<kKind, kPair>>;
 
   if (wg == kProducer) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<R::kProducer>();
     if (use_tma != 0 && threadIdx.x == kProducer * kWarpgroupThreads) tma_prefetch_descriptor(&kv_map);
     run_producer<kBf16, kKind, kSparse, kDqk, kPair>(p, &kv_map, use_tma != 0, sm, *bounds, int(blockIdx.y),
-                                                     int(blockIdx.x), peer);
+                                                     int(blockIdx.x), peer, 0);
+  } else if (kProducers<kKind, kPair> > 1 && wg > kProducer) {
+    if constexpr (kProducers<kKind, kPair> > 1) {  // the second producer (fp8 caches in CTA pairs, config.h)
+      setmaxnreg_dec<R::kProducer2>();
+      run_producer<kBf16, kKind, kSparse, kDqk, kPair>(p, &kv_map, false, sm, *bounds, int(blockIdx.y),
+                                                       int(blockIdx.x), peer, 1);
+    }
   } else if (wg == kSWarpgroup) {
-    setmaxnreg_inc<kSRegs>();
-    run_s_warpgroup<kBf16, kKind, kSparse, kDqk>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
+    setmaxnreg_inc<R::kS>();
+    run_s_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   } else {
-    setmaxnreg_dec<kVRegs>();
+    if constexpr (R::kV < R::kLaunch) {
+      setmaxnreg_dec<R::kV>();
+    } else {
+      setmaxnreg_inc<R::kV>();
+    }
     run_v_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.

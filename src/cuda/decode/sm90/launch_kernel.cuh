@@ -18,7 +18,7 @@ Status launch_with(const DecodeParams& p, const CUtensorMap& kv_map, const int* 
   MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemAlloc));
   KernelLaunch& l = *out;
   l.grid = dim3(row_blocks, p.partitions);
-  l.block = dim3(kThreads);
+  l.block = dim3(kThreadsOf<kKind, kPair>);
   l.smem = kSmemAlloc;
   set_kernel(l, kernel, &p, &kv_map, use_tma);
   l.pdl = pdl;

@@ -9,7 +9,8 @@
 //   - Sparse decode: every tile row by row too, each thread from the addresses of its own 4 rows, looked up
 //     once per tile (sparse_row_ref: the main cache's ids, then the extra cache's); rows of invalid ids zero-filled.
 //   - fp8 caches: every tile through registers, dequantised on the way (producer_fp8.cuh); in a CTA pair each
-//     producer converts half the rows and copies them into the peer's stage too.
+//     CTA converts half the rows and copies them into the peer's stage too, with two producer warpgroups taking
+//     alternate tiles (config.h, kProducers).
 //   - Q: cp.async by all 128 threads, query rows past h_q x s_q zero-filled.
 // Completion reaches the consumers through the full barriers (128 arrivals: one per producer thread, the
 // TMA issuer's carrying the byte count); the producer refills a part after its empty barrier completes.
@@ -177,16 +178,19 @@ __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& s
   mbar_arrive_on_cp_async(sm.q_full());
 }
 
-/// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1 (kPair false).
+/// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1 (kPair false). `producer`: which of the
+/// kProducers<kKind, kPair> producer warpgroups this is; producer k fills the tiles g with g % kProducers = k (config.h).
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kPair>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, const PartitionBounds& bounds, int partition,
-                                             int row_block, int peer) {
-  const int ptid = int(threadIdx.x) - kProducer * kWarpgroupThreads;
+                                             int row_block, int peer, int producer) {
+  constexpr int kStride = kProducers<kKind, kPair>;  // tiles from one of this producer's tiles to its next
+  static_assert(kStride == 1 || kStride == kStages, "producer k fills stage k");
+  const int ptid = int(threadIdx.x) - (kProducer + producer) * kWarpgroupThreads;
   uint32_t g = 0;  // tiles of this CTA so far: stage g % 2, its use (g / 2)
   uint32_t piece = 0;
   for_each_piece<kSparse>(p, bounds, partition, kTileShift, [&](const Piece& pc) {
-    prefetch_q<kSparse, kDqk>(p, pc.req + 1, row_block, ptid);  // the next piece's request, likely (harmless if not)
+    if (producer == 0) prefetch_q<kSparse, kDqk>(p, pc.req + 1, row_block, ptid);  // the next piece's, likely
     const int32_t* table = kSparse ? nullptr : request_pages(p, pc.req);
     // Sparse: index columns [0, main_len) name main-cache rows, the rest extra-cache rows (main_len = len without one).
     const int32_t main_len = kSparse ? request_main_len(p.lens, pc.req) : pc.len;
@@ -196,10 +200,13 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       const uint32_t free_parity = ((g >> 1) & 1) ^ 1;  // a fresh barrier counts as freed once
       const int64_t t0 = int64_t(pc.t_begin + j) * kBlockN;
       if constexpr (kKind != KvKind::k16Bit) {
+        if (kStride == kStages && int(st) != producer) continue;  // the other producer's tile
         // The tile before Q, as for 16-bit caches: Q waits for the previous piece's last Q K^T, and converting this
-        // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece).
-        load_tile_fp8<kBf16, kKind, kSparse, kDqk, !kPair>(p, pc.req, main_len, pc.len, t0, j + 1 < pc.n_tiles, sm,
-                                                           st, free_parity, ptid, peer, carry, j > 0);
+        // piece's first tile meanwhile keeps the producer busy (Q first stalled it for a whole tile per piece). The
+        // producer of a piece's first tile loads its Q.
+        load_tile_fp8<kBf16, kKind, kSparse, kDqk, !kPair, kStride>(p, pc.req, main_len, pc.len, t0,
+                                                                    j + kStride < pc.n_tiles, sm, st, free_parity,
+                                                                    ptid, peer, producer, carry, j >= kStride);
         if (j == 0) load_q_once<kSparse, kDqk>(p, sm, pc.req, row_block, piece, ptid);
         continue;
       }

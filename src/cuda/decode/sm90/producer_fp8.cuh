@@ -16,8 +16,9 @@
 // (kv_row_ref) returns both addresses, and the prefetch covers the token block and the scale block.
 //
 // What limits it (docs/performance.md): one pass of loads is in flight at a time (two passes per tile without a
-// pair, each waited for before it is converted; sized for the 72 registers the producer had until 2026-11-27, it
-// now has 128), and the conversions issue from the same 4 warps.
+// pair, each waited for before it is converted), and the conversions issue from the same 4 warps. CTA pairs therefore
+// run two producer warpgroups on alternate tiles (config.h, kProducers), with 72 and 64 registers; they do not carry
+// their lookups from tile to tile (kCarry below).
 
 #include <cstdint>
 #include <type_traits>
@@ -132,10 +133,14 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint
 /// prefetch and for the rows). kLoadFirst (CTAs without a pair): the first row's loads are issued before the prefetch.
 /// Measured on the H100 (docs/performance.md, 2026-11-27), both together: unpaired fp8 rows -5.9 to -13.3%, but CTA
 /// pairs, which convert one row per thread and copy it to the peer, +0.2 to +4.9%; so pairs load in place.
-template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kLoadFirst>
+///
+/// kStride: tiles from this producer's tile to its next (config.h, kProducers: 2 in CTA pairs over fp8 caches, which
+/// carry nothing); `has_next` and the prefetch are about that tile. `producer`: its index (its named barrier).
+template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kLoadFirst, int kStride>
 __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req, int32_t main_len, int32_t len, int64_t t0,
                                               bool has_next, const Smem& sm, uint32_t st, uint32_t free_parity,
-                                              int ptid, int peer, RowRef (&carry)[kFp8Passes], bool carried) {
+                                              int ptid, int peer, int producer, RowRef (&carry)[kFp8Passes],
+                                              bool carried) {
   static_assert(kFp8Passes == 2 && kFp8RowsPerPass == kPairRows, "a pair splits a tile by passes");
   constexpr int kRowBytes = kv_kind_row_bytes(kKind, kDqk);  // fp8_ds_v4: the token block (scales: below)
   constexpr bool kScales = kKind == KvKind::kDsV4;
@@ -147,8 +152,11 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // This tile's lookups, when carried (carry is overwritten below). k is a run-time pass index: selects, not an
   // indexed array, keep them in registers (an indexed one went to the stack).
   const RowRef mine0 = carry[0], mine1 = carry[1];
+  // Two producers (kStride 2) look their rows up again rather than carry them: carrying made ptxas spill 84 - 132
+  // bytes in their 64 or 72 registers and the 128-head rows 8 - 9% slower (docs/performance.md, 2026-11-28).
+  constexpr bool kCarry = kStride == 1;
   const auto ref_of = [&](int k) {  // the row of pass k of this tile
-    if (carried) return k == 0 ? mine0 : mine1;
+    if (kCarry && carried) return k == 0 ? mine0 : mine1;
     RowRef ref{};
     with_tile_id_set<kSparse>(t0, kBlockN, main_len, len, [&](auto set) {
       ref = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t0 + row0 + kFp8RowsPerPass * k, main_len, len);
@@ -162,11 +170,12 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     // scale block (row_prefetch.cuh): the scale block's first use was the producer's largest stall in the V4 profile
     // (docs/performance.md, 2026-11-25).
     for (int k = first_pass; k < end_pass; ++k) {
-      const int64_t t = t0 + kBlockN + row0 + kFp8RowsPerPass * k;
-      with_tile_id_set<kSparse>(t0 + kBlockN, kBlockN, main_len, len, [&](auto set) {
+      const int64_t next_t0 = t0 + kStride * kBlockN;  // this producer's next tile
+      const int64_t t = next_t0 + row0 + kFp8RowsPerPass * k;
+      with_tile_id_set<kSparse>(next_t0, kBlockN, main_len, len, [&](auto set) {
         const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
-        if (k == 0) carry[0] = next;
-        if (k == 1) carry[1] = next;
+        if (kCarry && k == 0) carry[0] = next;
+        if (kCarry && k == 1) carry[1] = next;
         prefetch_row_l2<kRowBytes, kScales>(next, q, kFp8ThreadsPerRow);
       });
     }
@@ -190,7 +199,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
     return;
   }
-  named_barrier_sync(kBarProducer, kWarpgroupThreads);  // every row of this CTA's half is stored
+  named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half is stored
   if (ptid == 0) {
     const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
 #pragma unroll
