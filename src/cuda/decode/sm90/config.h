@@ -52,12 +52,13 @@ inline constexpr int kConsumers = 2;
 inline constexpr int kSWarpgroup = 0;  // Q K^T, softmax, P V of output columns [0, 256)
 inline constexpr int kVWarpgroup = 1;  // P V of output columns [256, 512)
 inline constexpr int kProducer = kConsumers;  // warpgroup index of the (first) producer
-/// Producer warpgroups: two in CTA pairs over fp8 caches (128 query rows and more), one elsewhere. An fp8 producer loads
+/// Producer warpgroups: two in CTA pairs over fp8 caches (an even number of 64-row blocks per request), one elsewhere. An fp8 producer loads
 /// every row into registers and converts it, and at 128 query rows it sets the pace (profiles: busy ~95% of each
 /// tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with g % 2 = k: each
 /// runs the one-producer code with two tile times per tile, its waits overlapping the other's work. Measured on an
-/// H200 (docs/performance.md, 2026-11-28): the 128-head fp8 rows -3.4 to -6.6%; CTAs without a pair were 15 - 36%
-/// slower with two (they lose the lookups a lone producer carries from tile to tile, and spill), so they keep one.
+/// H200 (docs/performance.md, 2026-11-28): the 128-head V3.2 and dense fp8 rows -4.5 to -6.2%, V4's -0.4 to -1.6%;
+/// CTAs without a pair were 15 - 36% slower with two (they lose the lookups a lone producer carries from tile to tile,
+/// and spill), so they keep one.
 template <KvKind kKind, bool kPair>
 inline constexpr int kProducers = kKind != KvKind::k16Bit && kPair ? 2 : 1;
 template <KvKind kKind, bool kPair>
@@ -70,7 +71,7 @@ inline constexpr int kMaxThreads = (kConsumers + 2) * kWarpgroupThreads;  // 512
 /// warps released with setmaxnreg.dec (the CTA launched with Regs::kLaunch per thread), so the S warpgroup's gain must
 /// not exceed what the others release, or its setmaxnreg.inc waits forever (seen: 216 / 216 / 80 hung every launch).
 /// With two producers the CTA launches 512 threads with 128 registers each and the consumers grow to what they have
-/// with one; the producers get 72 and 64 (ptxas spills 20 - 44 bytes in them). The V warpgroup cannot give up more:
+/// with one; the producers get 72 and 64 (ptxas spills up to 44 bytes in them). The V warpgroup cannot give up more:
 /// at 152 its wgmma were serialised and it spilled 1.7 KB. No m64n256 wgmma fits in 128 registers at launch (ptxas
 /// C7602), so those kernels issue P V in m64n128 halves (consumer.cuh, pv_rs / pv_ss).
 template <int kNumProducers>

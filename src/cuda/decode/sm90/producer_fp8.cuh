@@ -153,7 +153,8 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // indexed array, keep them in registers (an indexed one went to the stack).
   const RowRef mine0 = carry[0], mine1 = carry[1];
   // Two producers (kStride 2) look their rows up again rather than carry them: carrying made ptxas spill 84 - 132
-  // bytes in their 64 or 72 registers and the 128-head rows 8 - 9% slower (docs/performance.md, 2026-11-28).
+  // bytes in their 64 or 72 registers, and the dense 128-head rows 8 - 9% slower than one producer, the sparse ones up
+  // to 4.7% (docs/performance.md, 2026-11-28).
   constexpr bool kCarry = kStride == 1;
   const auto ref_of = [&](int k) {  // the row of pass k of this tile
     if (kCarry && carried) return k == 0 ? mine0 : mine1;
