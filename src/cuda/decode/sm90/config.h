@@ -52,9 +52,9 @@ inline constexpr int kConsumers = 2;
 inline constexpr int kSWarpgroup = 0;  // Q K^T, softmax, P V of output columns [0, 256)
 inline constexpr int kVWarpgroup = 1;  // P V of output columns [256, 512)
 inline constexpr int kProducer = kConsumers;  // warpgroup index of the (first) producer
-/// Producer warpgroups: two in CTA pairs over fp8 caches (an even number of 64-row blocks per request), one elsewhere. An fp8 producer loads
-/// every row into registers and converts it, and at 128 query rows it sets the pace (profiles: busy ~95% of each
-/// tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with g % 2 = k: each
+/// Producer warpgroups: two in CTA pairs over fp8 caches (an even number of 64-row blocks per request), one elsewhere.
+/// An fp8 producer loads every row into registers and converts it, and at 128 query rows it sets the pace (profiles:
+/// busy ~95% of each tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with g % 2 = k: each
 /// runs the one-producer code with two tile times per tile, its waits overlapping the other's work. Measured on an
 /// H200 (docs/performance.md, 2026-11-28): the 128-head V3.2 and dense fp8 rows -4.5 to -6.2%, V4's -0.4 to -1.6%;
 /// CTAs without a pair were 15 - 36% slower with two (they lose the lookups a lone producer carries from tile to tile,
@@ -116,7 +116,7 @@ inline constexpr int kBarPReady = 1;      // the S warpgroup stored P and alpha 
 inline constexpr int kBarPV1Issued = 2;   // the V warpgroup issued that tile's P V (so it runs before the next Q K^T)
 inline constexpr int kBarPFree = 3;       // the V warpgroup's P V of the tile is done: P and alpha may be rewritten
 inline constexpr int kBarEpilogue = 5;    // the S warpgroup stored the rows' output scales (epilogue)
-inline constexpr int kBarProducer = 6;  // producer k's converted rows are all stored (before the copy to the peer): 6 + k
+inline constexpr int kBarProducer = 6;  // producer k's converted rows are stored (before the copy to the peer): 6 + k
 inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
 
 // ---- shared memory, in bytes from a 1024-byte aligned base ----

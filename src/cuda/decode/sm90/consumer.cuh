@@ -417,7 +417,9 @@ __device__ __forceinline__ void run_s_warpgroup(const DecodeParams& p, bool use_
       wgmma_fence();
       const uint64_t v = v_operand(sm.stage(st));  // V half 0: chunks 0-3 of the stage
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) pv_rs<(kProducers<kKind, kPair> > 1), kBf16>(o, pa[kk], desc_plus(v, kk * 16 * 128));
+      for (int kk = 0; kk < 4; ++kk) {
+        pv_rs<(kProducers<kKind, kPair> > 1), kBf16>(o, pa[kk], desc_plus(v, kk * 16 * 128));
+      }
       wgmma_commit();
       fence_proxy_async();  // the V warpgroup's wgmma reads P through the async proxy
       consumer_barrier(kBarPReady);

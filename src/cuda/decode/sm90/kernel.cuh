@@ -76,14 +76,16 @@ __global__ void __launch_bounds__(kThreadsOf<kKind, kPair>, 1)
     }
   } else if (wg == kSWarpgroup) {
     setmaxnreg_inc<R::kS>();
-    run_s_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
+    run_s_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x),
+                                                        peer);
   } else {
     if constexpr (R::kV < R::kLaunch) {
       setmaxnreg_dec<R::kV>();
     } else {
       setmaxnreg_inc<R::kV>();
     }
-    run_v_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x), peer);
+    run_v_warpgroup<kBf16, kKind, kSparse, kDqk, kPair>(p, use_tma != 0, sm, *bounds, int(blockIdx.y), int(blockIdx.x),
+                                                        peer);
   }
   // Neither CTA of a pair leaves while the other may still copy into its stages or arrive on its barriers.
   if (peer >= 0) cluster_sync();

@@ -179,7 +179,8 @@ __device__ __forceinline__ void load_q_once(const DecodeParams& p, const Smem& s
 }
 
 /// `peer`: the other CTA of a pair (fp8 caches, config.h), or -1 (kPair false). `producer`: which of the
-/// kProducers<kKind, kPair> producer warpgroups this is; producer k fills the tiles g with g % kProducers = k (config.h).
+/// kProducers<kKind, kPair> producer warpgroups this is; producer k fills the tiles g with g % kProducers = k
+/// (config.h).
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk, bool kPair>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* map, bool use_tma,
                                              const Smem& sm, const PartitionBounds& bounds, int partition,
