@@ -63,7 +63,6 @@ template <KvKind kKind, bool kPair>
 inline constexpr int kProducers = kKind != KvKind::k16Bit && kPair ? 2 : 1;
 template <KvKind kKind, bool kPair>
 inline constexpr int kThreadsOf = (kConsumers + kProducers<kKind, kPair>) * kWarpgroupThreads;
-inline constexpr int kThreads = kThreadsOf<KvKind::k16Bit, false>;  // 384
 inline constexpr int kMaxThreads = (kConsumers + 2) * kWarpgroupThreads;  // 512
 /// Registers per thread after setmaxnreg. The S warpgroup holds its half of O (64 x 256 fp32 = 128 per thread), S
 /// (32) and P (16; P V of a tile may still read them while the next Q K^T writes S), the V warpgroup its half of O,
