@@ -18,7 +18,8 @@
 // What limits it (docs/performance.md): one pass of loads is in flight at a time (two passes per tile without a
 // pair, each waited for before it is converted), and the conversions issue from the same 4 warps. CTA pairs therefore
 // run two producer warpgroups on alternate tiles (config.h, kProducers), with 72 and 64 registers; they do not carry
-// their lookups from tile to tile (kCarry below).
+// their lookups from tile to tile (kCarry below). With two, the producers wait for free stages more than for their
+// loads (ncu, 2026-11-28), so a pair over V3's rows hands its RoPE part over first, as soon as it is free.
 
 #include <cstdint>
 #include <type_traits>
@@ -85,15 +86,17 @@ __device__ __forceinline__ void load_fp8_row(const RowRef& ref, int q, Fp8Row<kK
   }
 }
 
-/// Dequantises a thread's share of row `row` of a tile and stores it into the stage at generic address `stage`.
-template <bool kBf16, KvKind kKind, int kDqk>
+/// Dequantises a thread's share of row `row` of a tile and stores it into the stage at generic address `stage`: the
+/// stage chunks [kLo, kHi) of the row (default: all of them).
+template <bool kBf16, KvKind kKind, int kDqk, int kLo = 0, int kHi = Geometry<kDqk>::kQkChunks>
 __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint8_t* stage, int row, int q) {
   using R = Fp8Row<kKind, kDqk>;
+  constexpr int kE4m3End = kHi < R::kE4m3Loads ? kHi : R::kE4m3Loads;
   auto put = [&](int chunk, int piece, uint4 v) {
     *reinterpret_cast<uint4*>(stage + chunk * kChunkBytes + swizzle128(uint32_t(row), uint32_t(piece))) = v;
   };
 #pragma unroll
-  for (int j = 0; j < R::kE4m3Loads; ++j) {
+  for (int j = kLo; j < kE4m3End; ++j) {
     const uint2 lo = make_uint2(r.e4m3[j].x, r.e4m3[j].y);
     const uint2 hi = make_uint2(r.e4m3[j].z, r.e4m3[j].w);
     if constexpr (kKind == KvKind::kE4M3) {
@@ -117,8 +120,20 @@ __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint
       put(j, 2 * q + 1, e4m3x8_scaled_to<kBf16>(hi, s));
     }
   }
+  if constexpr (kLo <= R::kE4m3Loads && R::kE4m3Loads < kHi) {  // the bf16 chunk
 #pragma unroll
-  for (int k = 0; k < R::kBf16Loads; ++k) put(R::kE4m3Loads, q + 4 * k, bf16x8_to<kBf16>(r.bf16[k]));
+    for (int k = 0; k < R::kBf16Loads; ++k) put(R::kE4m3Loads, q + 4 * k, bf16x8_to<kBf16>(r.bf16[k]));
+  }
+}
+
+/// The parts of a stage as a set (bit p: part p), and a call of f(std::integral_constant<int, part>) for each part of
+/// the set in the order Q K^T reads them (issue_qk: RoPE, V half 0, V half 1).
+inline constexpr int part_bit(int part) { return 1 << part; }
+template <int kSet, class F>
+__device__ __forceinline__ void for_each_part_of(F&& f) {
+  if constexpr ((kSet & part_bit(kPartRope)) != 0) f(std::integral_constant<int, kPartRope>{});
+  if constexpr ((kSet & part_bit(kPartHalf0)) != 0) f(std::integral_constant<int, kPartHalf0>{});
+  if constexpr ((kSet & part_bit(kPartHalf1)) != 0) f(std::integral_constant<int, kPartHalf1>{});
 }
 
 /// Fills stage `st` with the tile of plan request `req` starting at token (or index column) t0, all three parts,
@@ -182,6 +197,44 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     }
   }
   uint8_t* stage = sm.ptr + (sm.stage(st) - sm.base);
+  if (Geometry<kDqk>::kRopePart && peer >= 0) {
+    // A CTA pair over V3's rows (576 columns): one row per thread, handed over (stored, copied to the peer, announced
+    // on both CTAs' full barriers) in two steps: the RoPE part as soon as both CTAs' consumers released it (after
+    // their Q K^T: a softmax and two P V before the V halves are free), then the V halves, so that the next Q K^T
+    // starts on the RoPE part while the halves are converted. H200, 2026-11-28 (docs/performance.md): dense
+    // fp8_ds_mla at 128 heads -4.7 to -5.7%, V3.2 -1.0 to -1.2%. V4's rows (no RoPE part) go in one step below:
+    // handed over a V half at a time they were 4.8 - 5.7% slower; V3's in three steps (a V half at a time after the
+    // RoPE part) gained only 2.3 - 3.1%.
+    const int row = row0 + kFp8RowsPerPass * first_pass;
+    const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
+    load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);
+    const auto hand_over = [&](auto set_c) {
+      constexpr int kSet = decltype(set_c)::value;
+      for_each_part_of<kSet>([&](auto part_c) { mbar_wait(sm.empty(st, decltype(part_c)::value), free_parity); });
+      for_each_part_of<kSet>([&](auto part_c) {
+        constexpr int kLo = part_first_chunk(decltype(part_c)::value);
+        store_fp8_row<kBf16, kKind, kDqk, kLo, kLo + part_chunks(decltype(part_c)::value)>(r, stage, row, q);
+      });
+      fence_proxy_async();  // the writer's fence (below), before the copy and the consumers read the parts
+      named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half of the parts
+      for_each_part_of<kSet>([&](auto part_c) {
+        constexpr int kPart = decltype(part_c)::value;
+        if (ptid == 0) {
+          // The peer's half of this part lands on this CTA's full barrier: expect its bytes with this arrival.
+          mbar_arrive_expect_tx(sm.full(st, kPart), part_pair_bytes(kPart));
+          for (int c = 0; c < part_chunks(kPart); ++c) {
+            const uint32_t at = sm.stage(st) + (part_first_chunk(kPart) + c) * kChunkBytes + half;
+            bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, kPart), uint32_t(peer));
+          }
+        } else {
+          mbar_arrive(sm.full(st, kPart));
+        }
+      });
+    };
+    hand_over(std::integral_constant<int, part_bit(kPartRope)>{});
+    hand_over(std::integral_constant<int, part_bit(kPartHalf0) | part_bit(kPartHalf1)>{});
+    return;
+  }
 #pragma unroll 1
   for (int k = first_pass; k < end_pass; ++k) {
     const int row = row0 + kFp8RowsPerPass * k;
