@@ -18,8 +18,9 @@
 // What limits it (docs/performance.md): one pass of loads is in flight at a time (two passes per tile without a
 // pair, each waited for before it is converted), and the conversions issue from the same 4 warps. CTA pairs therefore
 // run two producer warpgroups on alternate tiles (config.h, kProducers), with 72 and 64 registers; they do not carry
-// their lookups from tile to tile (kCarry below). With two, the producers wait for free stages more than for their
-// loads (ncu, 2026-11-28), so a pair over V3's rows hands its RoPE part over first, as soon as it is free.
+// their lookups from tile to tile (kCarry below). With two, the producers waited for free stages more than for their
+// loads (ncu, 2026-11-28), so a pair over V3's rows hands its RoPE part over first, as soon as it is free; since then
+// they wait on their loads again.
 
 #include <cstdint>
 #include <type_traits>
@@ -91,6 +92,7 @@ __device__ __forceinline__ void load_fp8_row(const RowRef& ref, int q, Fp8Row<kK
 template <bool kBf16, KvKind kKind, int kDqk, int kLo = 0, int kHi = Geometry<kDqk>::kQkChunks>
 __device__ __forceinline__ void store_fp8_row(const Fp8Row<kKind, kDqk>& r, uint8_t* stage, int row, int q) {
   using R = Fp8Row<kKind, kDqk>;
+  static_assert(0 <= kLo && kLo <= kHi && kHi <= Geometry<kDqk>::kQkChunks, "a range of the row's chunks");
   constexpr int kE4m3End = kHi < R::kE4m3Loads ? kHi : R::kE4m3Loads;
   auto put = [&](int chunk, int piece, uint4 v) {
     *reinterpret_cast<uint4*>(stage + chunk * kChunkBytes + swizzle128(uint32_t(row), uint32_t(piece))) = v;
@@ -140,7 +142,8 @@ __device__ __forceinline__ void for_each_part_of(F&& f) {
 /// once their empty barriers allow (parity free_parity), and arrives on their full barriers. `has_next`: the
 /// request has a tile after this one in this piece, whose rows are prefetched into L2. `peer` >= 0 (a CTA pair,
 /// config.h): this CTA converts only its half of the rows (pass = its rank) and copies them into the peer's stage,
-/// completing on the peer's full barriers; its own full barriers expect the peer's half the same way.
+/// completing on the peer's full barriers; its own full barriers expect the peer's half the same way. A pair over V3's
+/// rows does that in two steps (the RoPE part, then the V halves), each once its own parts are free (below).
 ///
 /// `carry` holds the row lookups of this tile, made by the previous call's prefetch (`carried`: true after the first
 /// tile of a piece), and this call leaves the next tile's there, so no row waits for its id or page twice (ncu, V3.2
@@ -197,43 +200,45 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     }
   }
   uint8_t* stage = sm.ptr + (sm.stage(st) - sm.base);
-  if (Geometry<kDqk>::kRopePart && peer >= 0) {
-    // A CTA pair over V3's rows (576 columns): one row per thread, handed over (stored, copied to the peer, announced
-    // on both CTAs' full barriers) in two steps: the RoPE part as soon as both CTAs' consumers released it (after
-    // their Q K^T: a softmax and two P V before the V halves are free), then the V halves, so that the next Q K^T
-    // starts on the RoPE part while the halves are converted. H200, 2026-11-28 (docs/performance.md): dense
-    // fp8_ds_mla at 128 heads -4.7 to -5.7%, V3.2 -1.0 to -1.2%. V4's rows (no RoPE part) go in one step below:
-    // handed over a V half at a time they were 4.8 - 5.7% slower; V3's in three steps (a V half at a time after the
-    // RoPE part) gained only 2.3 - 3.1%.
-    const int row = row0 + kFp8RowsPerPass * first_pass;
-    const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
-    load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);
-    const auto hand_over = [&](auto set_c) {
-      constexpr int kSet = decltype(set_c)::value;
-      for_each_part_of<kSet>([&](auto part_c) { mbar_wait(sm.empty(st, decltype(part_c)::value), free_parity); });
-      for_each_part_of<kSet>([&](auto part_c) {
-        constexpr int kLo = part_first_chunk(decltype(part_c)::value);
-        store_fp8_row<kBf16, kKind, kDqk, kLo, kLo + part_chunks(decltype(part_c)::value)>(r, stage, row, q);
-      });
-      fence_proxy_async();  // the writer's fence (below), before the copy and the consumers read the parts
-      named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half of the parts
-      for_each_part_of<kSet>([&](auto part_c) {
-        constexpr int kPart = decltype(part_c)::value;
-        if (ptid == 0) {
-          // The peer's half of this part lands on this CTA's full barrier: expect its bytes with this arrival.
-          mbar_arrive_expect_tx(sm.full(st, kPart), part_pair_bytes(kPart));
-          for (int c = 0; c < part_chunks(kPart); ++c) {
-            const uint32_t at = sm.stage(st) + (part_first_chunk(kPart) + c) * kChunkBytes + half;
-            bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, kPart), uint32_t(peer));
+  if constexpr (Geometry<kDqk>::kRopePart) {  // V4's rows (no RoPE part) take the one-step hand-over below
+    if (peer >= 0) {
+      // A CTA pair over V3's rows (576 columns): one row per thread, handed over (stored, copied to the peer, announced
+      // on both CTAs' full barriers) in two steps: the RoPE part as soon as both CTAs' consumers released it (after
+      // their Q K^T: a softmax and two P V before the V halves are free), then the V halves, so that the next Q K^T
+      // starts on the RoPE part while the halves are converted. H200, 2026-11-28 (docs/performance.md): dense
+      // fp8_ds_mla at 128 heads -4.7 to -5.7%, V3.2 -1.0 to -1.2%. V4's rows (no RoPE part) go in one step below:
+      // handed over a V half at a time they were 4.8 - 5.7% slower; V3's dense rows in three steps (a V half at a time
+      // after the RoPE part) gained only 2.3 - 3.1%.
+      const int row = row0 + kFp8RowsPerPass * first_pass;
+      const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
+      load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);
+      const auto hand_over = [&](auto set_c) {
+        constexpr int kSet = decltype(set_c)::value;
+        for_each_part_of<kSet>([&](auto part_c) { mbar_wait(sm.empty(st, decltype(part_c)::value), free_parity); });
+        for_each_part_of<kSet>([&](auto part_c) {
+          constexpr int kLo = part_first_chunk(decltype(part_c)::value);
+          store_fp8_row<kBf16, kKind, kDqk, kLo, kLo + part_chunks(decltype(part_c)::value)>(r, stage, row, q);
+        });
+        fence_proxy_async();  // the writer's fence (below), before the copy and the consumers read the parts
+        named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half of the parts
+        for_each_part_of<kSet>([&](auto part_c) {
+          constexpr int kPart = decltype(part_c)::value;
+          if (ptid == 0) {
+            // The peer's half of this part lands on this CTA's full barrier: expect its bytes with this arrival.
+            mbar_arrive_expect_tx(sm.full(st, kPart), part_pair_bytes(kPart));
+            for (int c = 0; c < part_chunks(kPart); ++c) {
+              const uint32_t at = sm.stage(st) + (part_first_chunk(kPart) + c) * kChunkBytes + half;
+              bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, kPart), uint32_t(peer));
+            }
+          } else {
+            mbar_arrive(sm.full(st, kPart));
           }
-        } else {
-          mbar_arrive(sm.full(st, kPart));
-        }
-      });
-    };
-    hand_over(std::integral_constant<int, part_bit(kPartRope)>{});
-    hand_over(std::integral_constant<int, part_bit(kPartHalf0) | part_bit(kPartHalf1)>{});
-    return;
+        });
+      };
+      hand_over(std::integral_constant<int, part_bit(kPartRope)>{});
+      hand_over(std::integral_constant<int, part_bit(kPartHalf0) | part_bit(kPartHalf1)>{});
+      return;
+    }
   }
 #pragma unroll 1
   for (int k = first_pass; k < end_pass; ++k) {
