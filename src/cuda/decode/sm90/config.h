@@ -54,11 +54,11 @@ inline constexpr int kVWarpgroup = 1;  // P V of output columns [256, 512)
 inline constexpr int kProducer = kConsumers;  // warpgroup index of the (first) producer
 /// Producer warpgroups: two in CTA pairs over fp8 caches (an even number of 64-row blocks per request), one elsewhere.
 /// An fp8 producer loads every row into registers and converts it, and at 128 query rows it sets the pace (profiles:
-/// busy ~95% of each tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with g % 2 = k: each
-/// runs the one-producer code with two tile times per tile, its waits overlapping the other's work. Measured on an
-/// H200 (docs/performance.md, 2026-11-28): the 128-head V3.2 and dense fp8 rows -4.5 to -6.2%, V4's -0.4 to -1.6%;
-/// CTAs without a pair were 15 - 36% slower with two (they lose the lookups a lone producer carries from tile to tile,
-/// and spill), so they keep one.
+/// busy ~95% of each tile, two fifths of it waiting on its loads). With two, producer k fills stage k, the tiles g with
+/// g % 2 = k: each runs the one-producer code with two tile times per tile, its waits overlapping the other's work.
+/// Measured on an H200 (docs/performance.md, 2026-11-28): the 128-head V3.2 and dense fp8 rows -4.5 to -6.2%, V4's -0.4
+/// to -1.6%; CTAs without a pair were 15 - 36% slower with two (they lose the lookups a lone producer carries from tile
+/// to tile, and spill), so they keep one.
 template <KvKind kKind, bool kPair>
 inline constexpr int kProducers = kKind != KvKind::k16Bit && kPair ? 2 : 1;
 template <KvKind kKind, bool kPair>

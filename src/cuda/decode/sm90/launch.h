@@ -12,11 +12,11 @@
 
 namespace mlakit::cuda::decode::sm90 {
 
-/// The launch of the kernel on a grid (row_blocks, p.partitions) of 384-thread CTAs (512 in CTA pairs over fp8 caches:
-/// config.h, kProducers) with ~227 KB of shared memory each (allowed here); dense decode, or sparse decode with kSparse; a 16-bit cache (k16Bit) or an fp8 one,
-/// dequantised on chip. *use_tma (1 only for a dense 16-bit cache: sparse rows are gathered one by one, fp8 rows go
-/// through the producer's registers) and the other arguments must outlive the launch. kDqk: kDimQK, or kDimQKV4 for
-/// DeepSeek V4's geometry (sparse only).
+/// The launch of the kernel on a grid (row_blocks, p.partitions) of 384-thread CTAs (512 in CTA pairs over fp8
+/// caches: config.h, kProducers) with ~227 KB of shared memory each (allowed here); dense decode, or sparse decode
+/// with kSparse; a 16-bit cache (k16Bit) or an fp8 one, dequantised on chip. *use_tma (1 only for a dense 16-bit
+/// cache: sparse rows are gathered one by one, fp8 rows go through the producer's registers) and the other
+/// arguments must outlive the launch. kDqk: kDimQK, or kDimQKV4 for DeepSeek V4's geometry (sparse only).
 template <bool kBf16, KvKind kKind, bool kSparse, int kDqk>
 Status decode_kernel_launch(const DecodeParams& p, const CUtensorMap& kv_map, const int* use_tma, int row_blocks,
                             bool pdl, KernelLaunch* out);
