@@ -174,11 +174,18 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // bytes in their 64 or 72 registers, and the dense 128-head rows 8 - 9% slower than one producer, the sparse ones up
   // to 4.7% (docs/performance.md, 2026-11-28).
   constexpr bool kCarry = kStride == 1;
+  // Sparse tiles count top-k positions in 32 bits (topk + extra_topk < 2^31): the 64-bit position was a loop invariant
+  // that ptxas spilled, and its reload delayed every row lookup. The dense kernels keep 64-bit positions: at 32 bits
+  // their 128-head pairs were 0.3 - 1.8% slower (H200, 2026-11-28, docs/experiments).
+  const auto token = [&](int64_t tile_t0, int k) {
+    if constexpr (kSparse) return int64_t(int32_t(tile_t0) + row0 + kFp8RowsPerPass * k);
+    else return tile_t0 + row0 + kFp8RowsPerPass * k;
+  };
   const auto ref_of = [&](int k) {  // the row of pass k of this tile
     if (kCarry && carried) return k == 0 ? mine0 : mine1;
     RowRef ref{};
     with_tile_id_set<kSparse>(t0, kBlockN, main_len, len, [&](auto set) {
-      ref = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t0 + row0 + kFp8RowsPerPass * k, main_len, len);
+      ref = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, token(t0, k), main_len, len);
     });
     return ref;
   };
@@ -190,7 +197,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     // (docs/performance.md, 2026-11-25).
     for (int k = first_pass; k < end_pass; ++k) {
       const int64_t next_t0 = t0 + kStride * kBlockN;  // this producer's next tile
-      const int64_t t = next_t0 + row0 + kFp8RowsPerPass * k;
+      const int64_t t = token(next_t0, k);
       with_tile_id_set<kSparse>(next_t0, kBlockN, main_len, len, [&](auto set) {
         const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
         if (kCarry && k == 0) carry[0] = next;
