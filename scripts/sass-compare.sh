@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Does a change alter device code? Compiles the Hopper decode's instantiation files (src/cuda/decode/sm90/
-# instantiations, or the ones named) in two source trees for sm_90a and compares their SASS kernel by kernel, with
+# instantiations, or the files named) in two source trees for sm_90a and compares their SASS kernel by kernel, with
 # addresses and encodings stripped. A kernel whose SASS is identical needs no new GPU run to keep the measurements and
 # tests it had; one that differs does. Needs no GPU.
-# Usage: scripts/sass-compare.sh BASE_TREE [FILE...]   (FILE: an instantiation's name without .cu, e.g. bf16_dsmla;
-#   the tree compared with BASE_TREE is this script's repository). BASE_TREE can be a worktree of the base commit:
-#   git worktree add /tmp/base <commit>.
+# Usage: scripts/sass-compare.sh BASE_TREE [FILE...]   (FILE: an instantiation's name without .cu, e.g. bf16_dsmla,
+#   or a path under src/cuda/decode without .cu, e.g. sm80/instantiations/bf16_dsmla_few_rows; the tree compared with
+#   BASE_TREE is this script's repository). BASE_TREE can be a worktree of the base commit:
+#   git worktree add /tmp/base <commit>. SASS_COMPARE_ARCH: the target (default 90a; 80 for sm_80's SASS).
 # cuobjdump comes from PATH, else from PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (unpacked once into
 # .deps/cuobjdump).
 set -euo pipefail
@@ -29,11 +30,14 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   for f in "$ROOT"/src/cuda/decode/sm90/instantiations/*.cu; do files+=("$(basename "$f" .cu)"); done
 fi
+ARCH=${SASS_COMPARE_ARCH:-90a}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 sass() {  # sass TREE FILE OUT: the file's SASS, one "== kernel" line before each kernel's instructions
-  nvcc -I "$1/src" -I "$1/include" -O3 -DNDEBUG -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-    -std=c++20 -cubin "$1/src/cuda/decode/sm90/instantiations/$2.cu" -o "$W/k.cubin"
+  local src=$1/src/cuda/decode/sm90/instantiations/$2.cu
+  case $2 in */*) src=$1/src/cuda/decode/$2.cu ;; esac
+  nvcc -I "$1/src" -I "$1/include" -O3 -DNDEBUG -gencode "arch=compute_$ARCH,code=sm_$ARCH" --expt-relaxed-constexpr \
+    -std=c++20 -cubin "$src" -o "$W/k.cubin"
   cuobjdump -sass "$W/k.cubin" | sed -E 's@/\*[0-9a-f]{4,}\*/@@; s@/\* 0x[0-9a-f]+ \*/@@; s@^\s+Function : @== @' |
     grep -vE '^\s*$|^\s*\.' > "$3"
 }
