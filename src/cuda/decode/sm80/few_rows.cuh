@@ -117,6 +117,8 @@
 // the reference where it overflows or underflows (study section 6, risk 5; section 8.2). DsV4 scales K as the portable
 // kernel does (bf16, exact for normal results), its edges the portable kernel's: exponent 255, and exponents 0 - 2,
 // where small e4m3 codes times the scale fall below bf16's smallest subnormal (2^-133) and become 0.
+// Files: this one (the body), few_rows_layout.h (constants, the format descriptions, the shared-memory layout),
+// few_rows_ops.cuh (conversions and shared-memory helpers), few_rows_host.cuh (the instantiation files' launch side).
 // Include only from instantiations/*_few_rows.cu: each defines its non-template __global__ around
 // decode_few_rows_body<Format, kSparse>.
 
@@ -132,7 +134,9 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ue8m0.cuh"
 #include "cuda/decode/sm80/config.h"
-#include "cuda/decode/sm80/few_rows_launch.h"
+#include "cuda/decode/sm80/few_rows_host.cuh"
+#include "cuda/decode/sm80/few_rows_layout.h"
+#include "cuda/decode/sm80/few_rows_ops.cuh"
 #include "cuda/decode/smxx/cta_plan.cuh"
 #include "cuda/decode/smxx/dequant.cuh"
 #include "cuda/decode/smxx/launch.h"
@@ -140,258 +144,6 @@
 #include "cuda/decode/smxx/plan.cuh"
 
 namespace mlakit::cuda::decode {
-
-namespace few_rows {
-
-inline constexpr int kWarps = 8;
-inline constexpr int kThreads = kWarps * 32;
-/// 2 CTAs per SM: 16 warps, and the 128-register bound (ptxas -v, sm_80 / sm_90a, no spills: DsV4 122 / 126,
-/// DsMla 123 / 124, E4m3 122 / 120 dense and 127 / 121 sparse registers).
-inline constexpr int kMinBlocks = 2;
-inline constexpr int kRows = 16;        // mma M: heads of one query token (h_q <= 16)
-inline constexpr int kTile = kBlockN;   // 32 index columns per tile (the plan's tile shift 5)
-inline constexpr int kSlice = 64;       // dimensions per warp slice
-inline constexpr int kRopeStride = kDimR * 2 + 16;  // 144 B: 16 mod 128 (ldmatrix / LDS.128 / LDS.32 conflict-free)
-// ---- the CTA's shared memory past the raw stages, the same in both formats ----
-inline constexpr int kVStride = kSlice * 2 + 16;  // 144 B per token of a private 16-bit V slice (bf16; fp16 for E4m3)
-inline constexpr int kVSliceBytes = kTile * kVStride;  // 4,608
-inline constexpr int kSPartStride = 40;  // floats per row of a partial S: 8 gid x 2 tig stores hit 32 distinct banks
-inline constexpr int kPStride = 40;      // floats per row of P: the A-fragment LDS.64 (rows gid, cols 2 tig) likewise
-// Bytes per row of P in 16 bits (formats without token scales, packed in (c) and read by ldmatrix in (e)): 32 tokens x
-// 2 B + 16, so the 8 rows of an ldmatrix matrix start in 8 distinct 16-byte bank groups (80 r mod 128). In P's area.
-inline constexpr int kPbStride = kTile * 2 + 16;
-static_assert(kRows * kPbStride <= kRows * kPStride * 4);
-static_assert(kVStride == kRopeStride, "V4's RoPE warp reads V from the raw RoPE area with the private slices' code");
-static_assert(kSlice * kWarps == kDimV, "P V: warp g owns output columns [64 g, 64 g + 64)");
-
-/// DeepSeek V4, fp8_ds_v4: 7 e4m3 slices (warps 0-6, one UE8M0 group each) and the bf16 RoPE slice (warp 7).
-struct DsV4 {
-  static constexpr KvKind kKind = KvKind::kDsV4;
-  static constexpr int kDqk = kDimQKV4;
-  static constexpr int kFp8Slices = ds_v4::kNumGroups;  // 7: slices 0-6 are e4m3 groups, slice 7 the bf16 RoPE
-  static constexpr bool kRopeSplit = false;             // the RoPE part is warp 7's slice
-  static constexpr int kRawRing = 3;                    // raw stages; scales and valid flags inside them
-  static constexpr bool kSmallRing = false;
-  static constexpr bool kScaleTable = true;   // UE8M0 bytes decoded once per tile into sc_tab, K scaled in (a)
-  static constexpr bool kTokenScales = false;  // (so S and P carry none)
-  static_assert(!(kScaleTable && kTokenScales), "a scale on K and on S / P would apply it twice");
-  static constexpr bool kRopeE4m3 = false;    // the RoPE part is bf16
-  static constexpr bool kF16Mma = false;      // bf16 operands (K x s must stay in range: see "fp16 operands")
-  /// The warp that gathers every tile's rows (before barrier A, into stage (it - 1) % 3, ids from IdRows): the RoPE
-  /// warp, which has no conversion to do before barrier A.
-  static constexpr int kGatherWarp = kFp8Slices;
-  // ---- raw stage: one tile's rows, split into three areas as the gather scatters them ----
-  static constexpr int kFp8Stride = ds_v4::kDimC;  // 448 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
-  static constexpr int kScaleStride = ds_v4::kScaleBytes;  // 8 B
-  static constexpr int kFp8Off = 0;
-  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;          // 14,336
-  static constexpr int kScaleOff = kRopeOff + kTile * kRopeStride;       // 18,944
-  static constexpr int kStageBytes = kScaleOff + kTile * kScaleStride;  // 19,200
-  static constexpr int kSmallSlotBytes = 0;
-  static_assert(kFp8Slices + 1 == kWarps && kSlice == ds_v4::kGroupSize && kSlice * kWarps == kDqk);
-};
-
-/// DeepSeek V3.2, fp8_ds_mla: 8 e4m3 slices (fp32 group g / 2), the RoPE part split over the warps (m16n8k8 each).
-struct DsMla {
-  static constexpr KvKind kKind = KvKind::kDsMla;
-  static constexpr int kDqk = kDimQK;
-  static constexpr int kFp8Slices = ds_mla::kDimC / kSlice;  // 8: every warp
-  static constexpr bool kRopeSplit = true;                   // RoPE columns [8 g, 8 g + 8) to warp g (m16n8k8)
-  static constexpr int kRawRing = 2;                         // raw e4m3 + RoPE stages
-  static constexpr bool kSmallRing = true;                   // scales and valid flags: a ring of 3 slots
-  static constexpr bool kScaleTable = false;                 // fp32 scales, read from the small slot (LDS.64)
-  static constexpr bool kTokenScales = true;                 // fp32 group scales on the partial S and on P
-  static constexpr bool kRopeE4m3 = false;                   // the RoPE part is bf16
-  static constexpr bool kF16Mma = false;
-  static constexpr int kGatherWarp = -1;  // none: every warp gathers 4 rows after barrier A (header: "Rings")
-  static constexpr int kFp8Stride = ds_mla::kDimC + 64;  // 576 B = 64 mod 128: LDS.128 of 2 rows x 64 B conflict-free
-  static constexpr int kFp8Off = 0;
-  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;     // 18,432
-  static constexpr int kStageBytes = kRopeOff + kTile * kRopeStride;  // 23,040
-  static constexpr int kScaleOff = 0;                                // (in the small slot, not the stage)
-  /// A small slot: the tile's fp32 scales as [group][token] (LDS.64 gives tokens 2 tig, 2 tig + 1 of one group).
-  static constexpr int kSmallSlotBytes = ds_mla::kNumGroups * kTile * 4;  // 512
-  static_assert(kFp8Slices == kWarps && ds_mla::kGroupSize == 2 * kSlice && kSlice * kWarps + kDimR == kDqk);
-  static_assert(kDimR == 8 * kWarps, "one m16n8k8 RoPE step per warp");
-};
-
-/// V3's geometry with an fp8_e4m3 cache: DsMla's slices, stages and rings, the RoPE part 64 e4m3 bytes (converted in
-/// the RoPE step), no scale per token: the cache's one scale is folded into the softmax scale and the output.
-struct E4m3 {
-  static constexpr KvKind kKind = KvKind::kE4M3;
-  static constexpr int kDqk = kDimQK;
-  static constexpr int kFp8Slices = kDimV / kSlice;  // 8: every warp
-  static constexpr bool kRopeSplit = true;           // RoPE columns [8 g, 8 g + 8) to warp g (m16n8k8)
-  static constexpr int kRawRing = 2;
-  static constexpr bool kSmallRing = true;  // the valid flags' 3 slots (DsMla's ring, without scales)
-  static constexpr bool kScaleTable = false;
-  static constexpr bool kTokenScales = false;
-  static constexpr bool kRopeE4m3 = true;
-  static constexpr bool kF16Mma = true;  // fp16 operands: e4m3 -> fp16 is one exact conversion (see "fp16 operands")
-  static constexpr int kGatherWarp = -1;
-  static constexpr int kFp8Stride = kDimV + 64;  // 576 B = 64 mod 128, as DsMla's
-  static constexpr int kFp8Off = 0;
-  static constexpr int kRopeOff = kFp8Off + kTile * kFp8Stride;      // 18,432
-  static constexpr int kStageBytes = kRopeOff + kTile * kRopeStride;  // 23,040 (the RoPE rows use 64 of 144 B)
-  static constexpr int kScaleOff = 0;
-  static constexpr int kSmallSlotBytes = 0;
-  static_assert(kFp8Slices == kWarps && kSlice * kWarps + kDimR == kDqk && kDimR == 8 * kWarps);
-};
-
-/// Where a piece's request's index rows start (sparse_id's addresses, as element offsets): column t < main_len is
-/// p.indices[main + t], a later one p.extra_indices[extra + t - main_len]. The gather warp's (F::kGatherWarp >= 0),
-/// kept in shared memory for the tile loop: recomputed per tile (request_offset for both sets, 64-bit) they cost ~30
-/// instructions per tile, and kept in registers 5 registers. Offsets rather than pointers, so that the id loads stay
-/// global loads (LDG).
-struct IdRows {
-  int64_t main;
-  int64_t extra;
-  int32_t main_len;
-};
-static_assert(sizeof(IdRows) <= 32);
-
-/// The shared-memory layout of a format: raw stages, the small ring, the private V slices, the S partials, P, alpha,
-/// the row statistics, the scale table and IdRows (DsV4) and the valid flags.
-template <class F>
-struct Layout {
-  static constexpr int kStagesOff = 0;
-  static constexpr int kSmallOff = kStagesOff + F::kRawRing * F::kStageBytes;
-  static constexpr int kSmallSlots = F::kSmallRing ? 3 : 0;
-  static constexpr int kVOff = kSmallOff + kSmallSlots * F::kSmallSlotBytes;
-  static constexpr int kVSlices = F::kRopeSplit ? kWarps : F::kFp8Slices;  // warps with a private V slice
-  static constexpr int kSPartOff = kVOff + kVSlices * kVSliceBytes;
-  static constexpr int kPOff = kSPartOff + kWarps * kRows * kSPartStride * 4;
-  static constexpr int kAlphaOff = kPOff + kRows * kPStride * 4;  // float [16]
-  static constexpr int kStatOff = kAlphaOff + kRows * 4;          // float m[16], l[16] (epilogue)
-  static constexpr int kScTabOff = kStatOff + 2 * kRows * 4;  // bf16x2 [kWarps][32] (F::kScaleTable): token scales
-  static constexpr int kIdRowsOff = kScTabOff + (F::kScaleTable ? kWarps * kTile * 4 : 0);  // IdRows (gather warp)
-  static constexpr int kValidSlots = F::kSmallRing ? 3 : F::kRawRing;
-  static constexpr int kValidOff = kIdRowsOff + (F::kGatherWarp >= 0 ? 32 : 0);  // uint8 [kValidSlots][32]
-  static constexpr int kSmemBytes = kValidOff + kValidSlots * kTile;
-  static_assert(kVOff % 16 == 0 && kSPartOff % 16 == 0 && kPOff % 16 == 0 && F::kStageBytes % 16 == 0 &&
-                kSmallOff % 16 == 0 && kScTabOff % 16 == 0 && kIdRowsOff % 16 == 0);
-  // The gather warp writes tile it + 2 into stage (it - 1) % 3 before barrier A of tile it: that needs 3 raw stages,
-  // no warp but the gather warp reading a stage in (e) (the scales only in (a), from sc_tab), and a warp with spare
-  // time before barrier A (V4's RoPE warp). Without one, every warp gathers after barrier A into tile it's stage,
-  // whose scales and flags must then outlive it in the small ring.
-  static_assert(F::kGatherWarp < 0 ? F::kSmallRing
-                                   : F::kRawRing == 3 && F::kScaleTable && !F::kRopeSplit &&
-                                         F::kGatherWarp == F::kFp8Slices && F::kGatherWarp < kWarps);
-  static_assert(F::kFp8Stride % 128 == 64 && kRopeStride % 128 == 16 && kVStride % 128 == 16);
-  // Two CTAs per SM on sm_90 (228 KB of shared memory per SM, 1 KB reserved per CTA, plus partition_bounds' static
-  // bytes: 96, which ptxas reports as 128; 256 allowed here). An A100 (164 KB) holds one.
-  static_assert(kCtaPlanSmemBytes<kThreads> <= 256 && 2 * (kSmemBytes + 256 + 1024) <= 228 * 1024);
-};
-// V4's: 3 x 19,200 stages, 7 V slices, S partials, P (57,600 / 89,856 / 110,336 / 112,896), the scale table and
-// IdRows (1,024 + 32 B): 114,240 bytes.
-static_assert(Layout<DsV4>::kVOff == 57600 && Layout<DsV4>::kSPartOff == 89856 && Layout<DsV4>::kPOff == 110336 &&
-              Layout<DsV4>::kAlphaOff == 112896 && Layout<DsV4>::kSmemBytes == 114240);
-// V3.2's: 2 x 23,040 stages, 3 x 512 scale slots, 8 V slices, S partials, P: 107,808 bytes.
-static_assert(Layout<DsMla>::kVOff == 47616 && Layout<DsMla>::kSmemBytes == 107808);
-// fp8_e4m3's: DsMla's without the 3 x 512 scale slots: 106,272 bytes.
-static_assert(Layout<E4m3>::kSmemBytes == 107808 - 3 * 512);
-
-}  // namespace few_rows
-
-/// 16 e4m3 bytes -> 8 words of 16-bit pairs (bf16x2 or fp16x2), exactly and unscaled (word i = bytes 2i, 2i + 1, low
-/// byte in the low half): dequant.cuh's e4m3x8_to twice (fp16: one conversion per word; bf16: four, through fp16 and
-/// fp32).
-template <bool kBf16>
-__device__ __forceinline__ void e4m3x16_to(const uint4 raw, uint32_t (&w)[8]) {
-  const uint4 lo = e4m3x8_to<kBf16>(make_uint2(raw.x, raw.y));
-  const uint4 hi = e4m3x8_to<kBf16>(make_uint2(raw.z, raw.w));
-  w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w;
-  w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-}
-
-/// fp16 operands (F::kF16Mma): this warp's q words (bf16x2: its slice's A fragments and its RoPE step's) into fp16x2,
-/// divided by a power of two 2^s (q_unscale = 2^s) when the warp's largest |q| lies outside [2^-6, 2^15): then the
-/// largest becomes one in [2^14, 2^15), below fp16's 65504, and the partial S is multiplied back by 2^s. Within that
-/// range s = 0 and the conversion is exact for |q| >= 2^-17 (fp16's subnormals hold bf16's 8 significant bits from
-/// there); smaller elements round to fp16's 2^-24 steps, an error of at most 2^-19 of the warp's largest |q| (bf16's
-/// own step is 2^-8 of an element). Infinite and NaN elements do not count in the largest |q| (so that one of them
-/// cannot leave a finite |q| >= 65520 of another head to overflow) and convert as themselves.
-__device__ __forceinline__ void q_to_f16(uint32_t (&qa)[4][4], uint32_t (&qr)[2], float& q_unscale) {
-  auto unpack = [](uint32_t w) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w)); };
-  auto finite_abs = [](float x) { return fabsf(x) < INFINITY ? fabsf(x) : 0.0f; };  // NaN and +-inf: 0
-  float m = 0.0f;
-#pragma unroll
-  for (int s = 0; s < 4; ++s)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = unpack(qa[s][j]);
-      m = fmaxf(m, fmaxf(finite_abs(f.x), finite_abs(f.y)));
-    }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const float2 f = unpack(qr[j]);
-    m = fmaxf(m, fmaxf(finite_abs(f.x), finite_abs(f.y)));
-  }
-#pragma unroll
-  for (int x = 16; x >= 1; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
-  int sh = 0;
-  if (m >= 32768.0f || (m > 0.0f && m < 0.015625f)) {
-    // m's unbiased exponent e (fp32 subnormals read as -127), then s = e - 14, kept where 2^s and 2^-s are normal.
-    const int e = int((__float_as_uint(m) >> 23) & 0xffu) - 127;
-    sh = min(max(e - 14, -126), 113);
-  }
-  const float mul = __uint_as_float(uint32_t(127 - sh) << 23);  // 2^-s, exact
-  q_unscale = __uint_as_float(uint32_t(127 + sh) << 23);
-  auto convert = [&](uint32_t w) {
-    const float2 f = unpack(w);
-    return pack_float2<false>(f.x * mul, f.y * mul);
-  };
-#pragma unroll
-  for (int s = 0; s < 4; ++s)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) qa[s][j] = convert(qa[s][j]);
-  qr[0] = convert(qr[0]);
-  qr[1] = convert(qr[1]);
-}
-
-/// threadIdx.x read afresh (volatile, so never hoisted or kept): offsets derived from it are recomputed where they are
-/// used instead of being kept live through the tile loop (ptxas otherwise spilled such loop-invariant addresses
-/// under the 128-register bound of 2 CTAs per SM).
-__device__ __forceinline__ int fresh_tid() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  // The asm hides threadIdx.x's range: without it every t / 32, t % 4 ... of the phases is a signed division
-  // sequence (~15 instructions per tile for the (c) addresses alone).
-  __builtin_assume(t >= 0 && t < few_rows::kThreads);
-  return t;
-}
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ uint16_t lds16(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ float2 lds64f(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-
-/// The cache's one scale (fp8_e4m3, from device memory or the parameters), 1 for the formats with scales in their rows.
-template <class F>
-__device__ __forceinline__ float cache_scale(const DecodeParams& p) {
-  if constexpr (F::kKind == KvKind::kE4M3) return p.kv_scale != nullptr ? *p.kv_scale : p.kv_scale_value;
-  return 1.0f;
-}
 
 /// The few-row kernel body for format F (few_rows::DsV4, DsMla or E4m3); launch: grid (1, p.partitions), 256
 /// threads, few_rows::Layout<F>::kSmemBytes of dynamic shared memory, only for decode with p.rows = h_q <= 16 (sparse,
@@ -962,45 +714,6 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
     if (t_end - t_begin > 0) run_piece(Piece{r, len, t_begin, t_end - t_begin, slot});
   }
   pdl_launch_dependents();
-}
-
-/// Host side of an instantiation file: sets kernel's dynamic shared memory (Layout<F>::kSmemBytes) and describes its
-/// launch on (1, p.partitions) CTAs of 256 threads (`p` must outlive the launch).
-template <class F>
-Status few_rows_kernel_launch(void (*kernel)(DecodeParams), const DecodeParams& p, bool pdl, KernelLaunch* out) {
-  if (p.rows > few_rows::kRows) return Status::internal("decode: the few-row kernel takes at most 16 rows");
-  constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
-  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
-  KernelLaunch& l = *out;
-  l.grid = dim3(1, p.partitions);
-  l.block = dim3(few_rows::kThreads);
-  l.smem = kSmem;
-  set_kernel(l, kernel, &p);
-  l.pdl = pdl;
-  return {};
-}
-
-/// CTAs of an instantiation file's kernel that fit on one SM (from the CUDA occupancy calculator); 0 without asking
-/// when it needs more shared memory per block than the device allows (max_smem_per_block: its opt-in limit).
-template <class F>
-Status few_rows_kernel_occupancy(void (*kernel)(DecodeParams), int max_smem_per_block, int* ctas_per_sm) {
-  constexpr int kSmem = few_rows::Layout<F>::kSmemBytes;
-  *ctas_per_sm = 0;
-  if (kSmem > max_smem_per_block) return {};  // e.g. sm_86 / sm_89: 99 KB per block
-  MLAKIT_TRY(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem));
-  MLAKIT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, few_rows::kThreads, kSmem));
-  return {};
-}
-
-/// An instantiation file's FewRowsKernel (few_rows_launch.h) for its kernel.
-template <class F, auto kKernel>
-constexpr FewRowsKernel few_rows_entry() {
-  return {[](const DecodeParams& p, bool pdl, KernelLaunch* out) {
-            return few_rows_kernel_launch<F>(kKernel, p, pdl, out);
-          },
-          [](int max_smem_per_block, int* ctas_per_sm) {
-            return few_rows_kernel_occupancy<F>(kKernel, max_smem_per_block, ctas_per_sm);
-          }};
 }
 
 }  // namespace mlakit::cuda::decode
