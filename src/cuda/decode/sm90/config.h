@@ -72,7 +72,7 @@ inline constexpr int kMaxThreads = (kConsumers + 2) * kWarpgroupThreads;  // 512
 /// With two producers the CTA launches 512 threads with 128 registers each and the consumers grow to what they have
 /// with one; the producers get 72 and 64 (ptxas spills up to 44 bytes in them). The V warpgroup cannot give up more:
 /// at 152 its wgmma were serialised and it spilled 1.7 KB. No m64n256 wgmma fits in 128 registers at launch (ptxas
-/// C7602), so those kernels issue P V in m64n128 halves (consumer.cuh, pv_rs / pv_ss).
+/// C7602), so those kernels issue P V in m64n128 halves (consumer_ops.cuh, pv_rs / pv_ss).
 template <int kNumProducers>
 struct Regs {
   static constexpr int kThreadsPerCta = (kConsumers + kNumProducers) * kWarpgroupThreads;
