@@ -176,8 +176,8 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   constexpr bool kCarry = kStride == 1;
   // Sparse tiles count index columns in 32 bits (a tile that exists starts below the request's length, which
   // request_len caps at INT32_MAX): the 64-bit position was a loop invariant that ptxas spilled, and its reload delayed
-  // every row lookup. The dense kernels keep 64-bit positions: at 32 bits
-  // their 128-head pairs were 0.3 - 1.8% slower (H200, 2026-11-28, docs/experiments).
+  // every row lookup. The dense kernels keep 64-bit positions: at 32 bits their 128-head pairs were 0.3 - 1.8% slower
+  // (H200, 2026-11-28, docs/experiments).
   const auto token = [&](int64_t tile_t0, int k) {
     if constexpr (kSparse) return int64_t(int32_t(tile_t0) + row0 + kFp8RowsPerPass * k);
     else return tile_t0 + row0 + kFp8RowsPerPass * k;
