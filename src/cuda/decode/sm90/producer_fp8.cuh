@@ -138,6 +138,28 @@ __device__ __forceinline__ void for_each_part_of(F&& f) {
   if constexpr ((kSet & part_bit(kPartHalf1)) != 0) f(std::integral_constant<int, kPartHalf1>{});
 }
 
+/// A CTA pair's hand-over of this CTA's half of the parts kSet of stage st, once this producer's threads stored their
+/// rows of them (and fenced them for the async proxy): after the producer's barrier, thread 0 copies each part's half
+/// into the peer's stage, completing on the peer's full barrier, and arms this CTA's full barrier for the bytes of the
+/// peer's half; the other threads arrive on it. `half`: the byte offset of this CTA's half in a chunk.
+template <int kSet>
+__device__ __forceinline__ void hand_half_to_peer(const Smem& sm, uint32_t st, uint32_t half, int ptid, int peer,
+                                                  int producer) {
+  named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half of the parts
+  for_each_part_of<kSet>([&](auto part_c) {
+    constexpr int kPart = decltype(part_c)::value;
+    if (ptid == 0) {
+      mbar_arrive_expect_tx(sm.full(st, kPart), part_pair_bytes(kPart));
+      for (int c = 0; c < part_chunks(kPart); ++c) {
+        const uint32_t at = sm.stage(st) + (part_first_chunk(kPart) + c) * kChunkBytes + half;
+        bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, kPart), uint32_t(peer));
+      }
+    } else {
+      mbar_arrive(sm.full(st, kPart));
+    }
+  });
+}
+
 /// Fills stage `st` with the tile of plan request `req` starting at token (or index column) t0, all three parts,
 /// once their empty barriers allow (parity free_parity), and arrives on their full barriers. `has_next`: the
 /// request has a tile after this one in this piece, whose rows are prefetched into L2. `peer` >= 0 (a CTA pair,
@@ -228,20 +250,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
           store_fp8_row<kBf16, kKind, kDqk, kLo, kLo + part_chunks(decltype(part_c)::value)>(r, stage, row, q);
         });
         fence_proxy_async();  // the writer's fence (below), before the copy and the consumers read the parts
-        named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half of the parts
-        for_each_part_of<kSet>([&](auto part_c) {
-          constexpr int kPart = decltype(part_c)::value;
-          if (ptid == 0) {
-            // The peer's half of this part lands on this CTA's full barrier: expect its bytes with this arrival.
-            mbar_arrive_expect_tx(sm.full(st, kPart), part_pair_bytes(kPart));
-            for (int c = 0; c < part_chunks(kPart); ++c) {
-              const uint32_t at = sm.stage(st) + (part_first_chunk(kPart) + c) * kChunkBytes + half;
-              bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, kPart), uint32_t(peer));
-            }
-          } else {
-            mbar_arrive(sm.full(st, kPart));
-          }
-        });
+        hand_half_to_peer<kSet>(sm, st, half, ptid, peer, producer);
       };
       hand_over(std::integral_constant<int, part_bit(kPartRope)>{});
       hand_over(std::integral_constant<int, part_bit(kPartHalf0) | part_bit(kPartHalf1)>{});
@@ -266,22 +275,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
     return;
   }
-  named_barrier_sync(kBarProducer + producer, kWarpgroupThreads);  // every row of this CTA's half is stored
-  if (ptid == 0) {
-    const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
-#pragma unroll
-    for (int part = 0; part < kUsedParts; ++part) {
-      // The peer's half of this stage lands on this CTA's full barrier: expect its bytes with this arrival.
-      mbar_arrive_expect_tx(sm.full(st, part), part_pair_bytes(part));
-      for (int c = 0; c < part_chunks(part); ++c) {
-        const uint32_t at = sm.stage(st) + (part_first_chunk(part) + c) * kChunkBytes + half;
-        bulk_copy_to_peer(at, at, kPairChunkBytes, sm.full(st, part), uint32_t(peer));
-      }
-    }
-  } else {
-#pragma unroll
-    for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
-  }
+  hand_half_to_peer<(1 << kUsedParts) - 1>(sm, st, uint32_t(first_pass) * kPairChunkBytes, ptid, peer, producer);
 }
 
 }  // namespace mlakit::cuda::decode::sm90
