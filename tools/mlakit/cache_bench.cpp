@@ -7,6 +7,7 @@
 
 #include "mlakit/rope.h"
 #include "random_fill.h"
+#include "selection_error.h"
 
 namespace mlakit::cli {
 namespace {
@@ -81,7 +82,7 @@ Status bench_append(const CacheBenchSpec& s, const Registry& registry, const Pre
     pr.cos_sin = TensorView::contiguous(table_buf.get(), DType::kFP32, {kPromptLength, kDims.d_r}, dev);
   }
   const Selection sel = registry.select(pr, pref);
-  if (!sel.backend) return Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+  if (!sel.backend) return selection_error(sel);
   r->backend = sel.backend->name();
   MLAKIT_TRY(sel.backend->run(pr, mem->stream()));
 
@@ -137,7 +138,7 @@ Status bench_gather(const CacheBenchSpec& s, const Registry& registry, const Pre
   pr.cu_out = TensorView::contiguous(cu_buf.get(), DType::kInt32, {b + 1}, dev);
   pr.out = TensorView::contiguous(out.get(), DType::kBF16, {total, d_qk}, dev);
   const Selection sel = registry.select(pr, pref);
-  if (!sel.backend) return Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+  if (!sel.backend) return selection_error(sel);
   r->backend = sel.backend->name();
   MLAKIT_TRY(sel.backend->run(pr, mem->stream()));
 

@@ -13,6 +13,7 @@
 #include "cp_bench.h"
 #include "decode_workload.h"
 #include "prefill_bench.h"
+#include "selection_error.h"
 #include "sparse_bench.h"
 #include "mlakit/registry.h"
 
@@ -102,7 +103,7 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
   const Selection sel = registry.select(w->problem(), pref);
   if (!sel.backend) {
     row.skipped = skip_unsupported && sel.status.code() == StatusCode::kNotSupported;
-    row.status = row.skipped ? sel.status : Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+    row.status = row.skipped ? sel.status : selection_error(sel);
     return row;
   }
   const Backend& be = *sel.backend;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "mlakit/numeric.h"
+#include "selection_error.h"
 
 namespace mlakit::cli {
 namespace {
@@ -221,7 +222,7 @@ PrefillBenchResult run_prefill_bench(const PrefillBenchSpec& spec, const Registr
   if (!res.status.ok()) return res;
   const Selection sel = registry.select(w.problem, pref);
   if (!sel.backend) {
-    res.status = Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+    res.status = selection_error(sel);
     return res;
   }
   const Backend& be = *sel.backend;

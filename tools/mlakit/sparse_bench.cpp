@@ -6,6 +6,7 @@
 #include <random>
 
 #include "random_fill.h"
+#include "selection_error.h"
 
 namespace mlakit::cli {
 namespace {
@@ -284,7 +285,7 @@ SparseBenchResult run_sparse_bench(const SparseBenchSpec& spec, const Registry& 
   if (!res.status.ok()) return res;
   const Selection sel = registry.select(w.problem, pref);
   if (!sel.backend) {
-    res.status = Status(sel.status.code(), sel.status.message() + "\n" + sel.explain());
+    res.status = selection_error(sel);
     return res;
   }
   const Backend& be = *sel.backend;
