@@ -189,6 +189,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   const int row0 = ptid / kFp8ThreadsPerRow;
   const int first_pass = peer >= 0 ? (peer ^ 1) : 0;  // a pair: this CTA's rank
   const int end_pass = peer >= 0 ? first_pass + 1 : kFp8Passes;
+  const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;  // a pair: this CTA's half of every chunk (bytes)
   // This tile's lookups, when carried (carry is overwritten below). k is a run-time pass index: selects, not an
   // indexed array, keep them in registers (an indexed one went to the stack).
   const RowRef mine0 = carry[0], mine1 = carry[1];
@@ -240,7 +241,6 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
       // handed over a V half at a time they were 4.8 - 5.7% slower; V3's dense rows in three steps (a V half at a time
       // after the RoPE part) gained only 2.3 - 3.1%.
       const int row = row0 + kFp8RowsPerPass * first_pass;
-      const uint32_t half = uint32_t(first_pass) * kPairChunkBytes;
       load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);
       const auto hand_over = [&](auto set_c) {
         constexpr int kSet = decltype(set_c)::value;
@@ -275,7 +275,8 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     for (int part = 0; part < kUsedParts; ++part) mbar_arrive(sm.full(st, part));
     return;
   }
-  hand_half_to_peer<(1 << kUsedParts) - 1>(sm, st, uint32_t(first_pass) * kPairChunkBytes, ptid, peer, producer);
+  constexpr int kAllParts = part_bit(kUsedParts) - 1;  // parts 0 .. kUsedParts - 1
+  hand_half_to_peer<kAllParts>(sm, st, half, ptid, peer, producer);
 }
 
 }  // namespace mlakit::cuda::decode::sm90
