@@ -5,7 +5,7 @@
 # spec rule it breaks has no test that can fail. The CUDA backends are left out (MLAKIT_CUDA=OFF): their tests run
 # on a GPU machine (scripts/gpu-check.sh), against this same reference.
 # Usage: scripts/mutate-reference.sh [WORK_DIR]   (default: a temporary folder, removed at the end)
-# Time on 2 cores: 2.4 min in all (2026-11-29: the build, the unmutated tests, then 3 - 6 s per mutant: a rebuild of
+# Time on 2 cores: 3 min in all (2026-11-29: the build, the unmutated tests, then 3 - 8 s per mutant: a rebuild of
 # the reference library and the tests up to the first failure).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +38,14 @@ src/reference/kv_rows.cpp|out[i] = e4m3_to_float(row[ds_mla::kQuantOffset + i]) 
 src/reference/kv_rows.cpp|out[i] = e4m3_to_float(t.block[i]) * std::ldexp(1.0f, e - ds_v4::kScaleBias);|out[i] = e4m3_to_float(t.block[i]) * std::ldexp(1.0f, e - ds_v4::kScaleBias + 1);|fp8_ds_v4's UE8M0 scale bias (spec 4)
 src/reference/merge.cpp|const double merged_lse = max_lse == kNegInf ? kNegInf : max_lse + std::log(sum);|const double merged_lse = max_lse == kNegInf ? kNegInf : max_lse;|the merge's LSE (spec 6)
 src/reference/prefill.cpp|return std::clamp<int64_t>(i + r.len_k - r.len_q + 1, 0, r.len_k);|return std::clamp<int64_t>(i + 1, 0, r.len_k);|prefill's bottom-right causal rule (spec 3)
-src/reference/rope_math.h|x[p.b] = static_cast<float>(xa * s + xb * c);|x[p.b] = static_cast<float>(xb * c - xa * s);|RoPE's rotation (spec 5)
+src/reference/rope_math.h|x[p.b] = static_cast<float>(xa * s + xb * c);|x[p.b] = static_cast<float>(xb * c - xa * s);|RoPE's rotation (spec 7)
+src/reference/kv_rows.cpp|return frac == 0.5f ? ratio : std::ldexp(1.0f, e);|return ratio;|fp8_ds_mla's writer scale, a power of two (spec 4)
+src/reference/kv_rows.cpp|for (int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3(values[i] / kv_scale);|for (int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3(values[i]);|the fp8_e4m3 writer divides by the per-tensor scale (spec 4)
+src/reference/append_kv.cpp|for (int64_t i = 0; i < d_r; ++i) k_pe[i] = round_to_dtype(p.k_pe.dtype, k_pe[i]);|for (int64_t i = 0; i < d_r; ++i) k_pe[i] = k_pe[i];|append_kv: the rotated k_pe rounded to its dtype before it is stored (spec 7)
+src/reference/gather_kv.cpp|store_float(p.out, offset_of(p.out, begin + t, i), row[size_t(i)]);|store_float(p.out, offset_of(p.out, begin + (len - 1 - t), i), row[size_t(i)]);|gather_kv: token t of request b at row cu_out[b] + t (spec 8)
+src/reference/sparse_decode.cpp|m = std::max(m, dot * double(p.softmax_scale));|m = std::max(m, dot);|max_logits is the largest tau <q, K_j> (spec 2)
+src/reference/sparse_decode.cpp|const double factor = kv.n > 0 ? sink_factor(p, h, lse) : 1.0;|const double factor = sink_factor(p, h, lse);|a row without keys stays out = 0 whatever its sink, -inf included (spec 2)
+src/reference/prefill.cpp|if (!p.causal) return r.len_k;|if (!p.causal) return r.len_k - (r.len_k > 1 ? 1 : 0);|non-causal prefill: every query sees all its keys (spec 3)
 EOF
 )
 

@@ -1,8 +1,8 @@
-// The CPU reference's sparse decode (docs/spec.md section 2) against a float64 oracle written here, plus
-// properties: every negative id is "no key", all-invalid rows give 0 / -inf, topk_length hides the
-// columns past it (which point at NaN-poisoned rows), duplicates count, a -inf sink changes nothing and
-// a +inf sink zeroes out with LSE unchanged, selecting every row equals dense decode, and ids past the
-// cache are rejected before anything is written.
+// The CPU reference's sparse decode (docs/spec.md section 2) against a float64 oracle written here (out, lse and
+// max_logits), plus properties: every negative id is "no key", all-invalid rows give 0 / -inf, topk_length hides
+// the columns past it (which point at NaN-poisoned rows), duplicates count, a -inf sink changes nothing and a +inf
+// sink zeroes out with LSE unchanged, selecting every row equals dense decode, and ids past the cache are rejected
+// before anything is written.
 
 #include <gtest/gtest.h>
 
@@ -29,6 +29,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct OracleResult {
   std::vector<float> out;
   std::vector<float> lse;
+  std::vector<float> max_logits;  ///< tau <q, K_j> at its largest over the row's keys; -inf for a row without keys
 };
 
 /// docs/spec.md section 2 in float64 from the case's independently decoded rows.
@@ -66,6 +67,7 @@ OracleResult oracle_sparse(const SparseCase& c) {
         const double factor = keys.empty() ? 0.0 : 1.0 / (1.0 + std::exp(sink - lse));
         for (int64_t k = 0; k < d_v; ++k) r.out.push_back(keys.empty() ? 0.0f : float(acc[size_t(k)] / denom * factor));
         r.lse.push_back(float(lse));
+        r.max_logits.push_back(float(m));
       }
     }
   }
@@ -81,6 +83,14 @@ void expect_matches_oracle(SparseCase& c) {
   if (c.config.with_lse) {
     EXPECT_TRUE(test::check_lse(c.lse, ref.lse));
   }
+  // max_logits, an optional output (FlashMLA's sparse prefill returns it), in a second call of its own.
+  const SparseCaseConfig& cfg = c.config;
+  std::vector<float> max_logits(ref.max_logits.size(), std::numeric_limits<float>::quiet_NaN());
+  SparseDecodeProblem p = c.problem();
+  p.max_logits = TensorView::contiguous(max_logits.data(), DType::kFP32, {cfg.batch, cfg.s_q, cfg.h_q}, Device::cpu());
+  const Status with_max = reference::sparse_decode(p);
+  ASSERT_TRUE(with_max.ok()) << with_max.to_string();
+  EXPECT_TRUE(test::check_lse(max_logits, ref.max_logits)) << "max_logits";
 }
 
 std::string describe(const SparseCaseConfig& cfg) {
