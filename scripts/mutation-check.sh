@@ -5,7 +5,7 @@
 # SURVIVED, and the script exits 1: the rule it breaks has no test that can fail. The CUDA backends are left out
 # (MLAKIT_CUDA=OFF): their tests run on a GPU machine (scripts/gpu-check.sh), against this same reference.
 # Usage: scripts/mutation-check.sh [WORK_DIR]   (default: a temporary folder, removed at the end)
-# Time on 2 cores: about 4 min in all (2026-11-29: the build, the unmutated tests, then 3 - 10 s per mutant: a
+# Time on 2 cores: about 5 min in all (2026-11-29: the build, the unmutated tests, then 2 - 10 s per mutant: a
 # rebuild and the tests up to the first failure).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -170,6 +170,56 @@ src/core/validate_decode.cpp
 MLAKIT_TRY(check::tensor(out, "out", {q.dtype}, 4, kOutLayout));
 MLAKIT_TRY(check::tensor(out, "out", {DType::kBF16, DType::kFP16}, 4, kOutLayout));
 out in q's dtype (spec 9)
+
+src/reference/sparse_decode.cpp
+if (p.has_extra()) sets.push_back({p.extra_kv, p.extra_indices, p.extra_topk_length, "extra_indices"});
+/* the extra cache dropped */
+the extra cache's ids join the same softmax (spec 2.1)
+
+src/reference/sparse_decode.cpp
+if (id >= 0) keys.push_back({&s.kv, id});
+if (id >= 1) keys.push_back({&s.kv, id});
+id 0 is a row like any other; only negative ids are no key (spec 2)
+
+src/reference/sparse_decode.cpp
+if (id >= 0) keys.push_back({&s.kv, id});
+if (id >= 0 && (keys.empty() || keys.back().id != id)) keys.push_back({&s.kv, id});
+duplicate ids count as often as they appear (spec 2)
+
+src/reference/decode.cpp
+if (!p.causal) return len;
+if (!p.causal) return len - (len > 1 ? 1 : 0);
+non-causal decode: every query row sees all L keys (spec 1)
+
+src/reference/rope_math.h
+if (style == RopeStyle::kNeox) return {i, i + d_r / 2};
+if (style == RopeStyle::kNeox) return {2 * i, 2 * i + 1};
+RoPE's neox pairs (i, i + d_r / 2) (spec 7)
+
+src/reference/kv_rows.cpp
+out[ds_mla::kDimC + i] = bf16_to_float(load_u16(row + ds_mla::kRopeOffset + 2 * i));
+out[ds_mla::kDimC + i] = bf16_to_float(load_u16(row + ds_mla::kRopeOffset + 2 * ((i + 1) % ds_mla::kDimR)));
+fp8_ds_mla's bf16 RoPE part, in order (spec 4)
+
+src/reference/kv_rows.cpp
+scale[g] = ds_mla_group_scale(amax);
+scale[g] = ds_mla_group_scale(amax * 0.5f);
+fp8_ds_mla's writer scale from the group's largest magnitude (spec 4)
+
+src/reference/merge.cpp
+if (weight[s] != 0.0) acc += weight[s] * load_float(parts[s].out, offset_of(parts[s].out, r, c));
+acc += weight[s] * load_float(parts[s].out, offset_of(parts[s].out, r, c));
+merge: an empty part (lse -inf) contributes nothing, whatever its out holds (spec 6)
+
+src/core/validate_decode.cpp
+MLAKIT_TRY(check::range("s_q", q.shape[1], 1, kMaxQueryTokens, "q.shape[1]"));
+MLAKIT_TRY(check::range("s_q", q.shape[1], 1, kMaxQueryTokens + 1, "q.shape[1]"));
+s_q at most 8 (spec 9)
+
+src/core/validate_decode.cpp
+MLAKIT_TRY(check::range(length_name + "[" + std::to_string(bi) + "]", used, 0, topk, topk_name));
+MLAKIT_TRY(check::range(length_name + "[" + std::to_string(bi) + "]", used, 0, topk + 1, topk_name));
+topk_length[b] at most topk (spec 2, 9)
 
 EOF
 )
