@@ -174,7 +174,7 @@ out in q's dtype (spec 9)
 src/reference/sparse_decode.cpp
 if (p.has_extra()) sets.push_back({p.extra_kv, p.extra_indices, p.extra_topk_length, "extra_indices"});
 /* the extra cache dropped */
-the extra cache's ids join the same softmax (spec 2.1)
+the extra cache's ids join the same softmax (spec 2)
 
 src/reference/sparse_decode.cpp
 if (id >= 0) keys.push_back({&s.kv, id});
