@@ -9,6 +9,7 @@
 # rebuild and the tests up to the first failure).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+bash "$ROOT/scripts/setup.sh" || exit 2  # what a fresh machine lacks (CMake, Ninja, GoogleTest), as the other scripts
 W=${1:-$(mktemp -d)}
 KEEP=${1:+1}
 mkdir -p "$W/tree"
