@@ -48,6 +48,10 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
   --inputs D         prefill: q, k and v uniform in [-1, 1) (default, as the anchors were timed) | normal (N(0, 1),
                      as torch.randn fills them: wider scores, so the online softmax's maxima move more often)
   --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
+  --flush F          how the cache is emptied before each timed call: write (default: a buffer of twice its size
+                     written, as triton's do_bench does, so the anchors' way; the call then writes the dirty lines
+                     back as it evicts them) | read (the buffer read: the call finds clean lines, as between kernels
+                     that write little). Not with --mode cp
   --json FILE        also write every result as JSON (decode and cp modes)
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
   --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)
@@ -68,6 +72,9 @@ struct Row {
   double host_prepared_us = -1;  // a one-shot call as the bindings make it: Registry::prepare + plan + run (JSON only)
   SampleCheck check;
 };
+
+/// "" for the default write flush, " by a read" for --flush read: for the header lines.
+const char* flush_note(const DeviceMemory& mem) { return mem.cache_flush() == CacheFlush::kRead ? " by a read" : ""; }
 
 /// "cuda:0 (NVIDIA H200)", or "cpu": where the bench ran, for its header lines.
 std::string where(const DeviceMemory& mem) {
@@ -161,10 +168,12 @@ Row run_one(const DecodeSpec& spec, const Registry& registry, const Preference& 
 /// A measurement that may be missing (negative) as a JSON number or null.
 std::string json_number(double v) { return v < 0 ? "null" : std::to_string(v); }
 
-void write_json(const std::string& path, const std::vector<Row>& rows, const std::string& device, double launch_us) {
+void write_json(const std::string& path, const std::vector<Row>& rows, const std::string& device, double launch_us,
+                CacheFlush flush) {
   std::ofstream f(path);
   f << "{\n  \"mlakit\": \"" << version() << "\", \"build\": \"" << build_info() << "\", \"device\": \"" << device
-    << "\",\n  \"ceilings\": {\"copy_GBps\": " << kCopyCeilingGBs << ", \"gemm_TFLOPs\": " << kGemmCeilingTFlops
+    << "\", \"flush\": \"" << cache_flush_name(flush) << "\",\n  \"ceilings\": {\"copy_GBps\": " << kCopyCeilingGBs
+    << ", \"gemm_TFLOPs\": " << kGemmCeilingTFlops
     << "}, \"empty_launch_host_us\": " << json_number(launch_us) << ",\n  \"results\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -215,8 +224,8 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
     }
   }
 
-  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), plan + decode timed together\n",
-              version(), where(*mem).c_str(), static_cast<long long>(iters));
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed%s before each), plan + decode timed together\n",
+              version(), where(*mem).c_str(), static_cast<long long>(iters), flush_note(*mem));
   std::printf("%-44s %-9s %9s %8s %8s %9s %6s %8s %6s %7s %7s %10s %s\n", "shape", "backend", "ms", "host us", "run ms",
               "TFLOP/s", "%peak", "GB/s", "%copy", "xFlash", "xTriton", "max err", "check");
   int failures = 0;
@@ -262,7 +271,8 @@ int bench_decode(const Args& args, const Registry& registry, const Preference& p
               "(docs/performance.md) of the same bf16 shape for FlashMLA and SGLang Triton over ours (> 1 means faster\n"
               "than them)\n");
   print_anchor_note(*mem, on_cpu, "the ceilings and comparisons are");
-  if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()), launch_us);
+  if (args.has("json")) write_json(args.get("json", ""), rows, device_name(mem->device()), launch_us,
+                                     mem->cache_flush());
   return failures ? 1 : 0;
 }
 
@@ -276,8 +286,8 @@ int bench_sparse(const Args& args, const Registry& registry, const Preference& p
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole sparse_decode call timed\n",
-              version(), where(*mem).c_str(), static_cast<long long>(iters));
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed%s before each), whole sparse_decode call timed\n",
+              version(), where(*mem).c_str(), static_cast<long long>(iters), flush_note(*mem));
   std::printf("%-56s %-9s %9s %8s %9s %8s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "GB/s",
               "xFlash", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves sparse decode, unless one is named.
@@ -328,8 +338,8 @@ int bench_prefill(const Args& args, const Registry& registry, const Preference& 
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each), whole prefill call timed\n", version(),
-              where(*mem).c_str(), static_cast<long long>(iters));
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed%s before each), whole prefill call timed\n", version(),
+              where(*mem).c_str(), static_cast<long long>(iters), flush_note(*mem));
   std::printf("%-50s %-9s %9s %8s %9s %6s %7s %10s %s\n", "shape", "backend", "ms", "host us", "TFLOP/s", "%peak",
               "xcuDNN", "max err", "check");
   // The anchors on a GPU compare every CUDA path that serves prefill, unless one is named.
@@ -391,8 +401,8 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  std::printf("\nmlakit %s on %s, median of %lld (cache flushed before each)\n", version(),
-              where(*mem).c_str(), static_cast<long long>(iters));
+  std::printf("\nmlakit %s on %s, median of %lld (cache flushed%s before each)\n", version(),
+              where(*mem).c_str(), static_cast<long long>(iters), flush_note(*mem));
   std::printf("%-44s %-9s %9s %8s %6s %s\n", "operation", "backend", "ms", "GB/s", "%copy", "check against the reference");
   int failures = 0;
   for (KvFormat f : formats) {
@@ -422,7 +432,8 @@ int bench_cache(const Args& args, bool append, const Registry& registry, const P
 int cmd_bench(int argc, char** argv) {
   std::set<std::string> options = decode_options();
   options.insert(
-      {"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave", "inputs"});
+      {"preset", "iters", "json", "mode", "tokens", "rows", "requests", "topk", "gpus", "interleave", "inputs",
+       "flush"});
   Args args;
   if (Status s = Args::parse(argc, argv, 2, options, {"help", "causal", "rope"}, &args); !s.ok() || args.has("help")) {
     if (!s.ok()) std::fprintf(stderr, "%s\n\n", s.message().c_str());
@@ -432,6 +443,15 @@ int cmd_bench(int argc, char** argv) {
   const std::string mode = args.get("mode", "decode");
   if (mode != "decode" && mode != "sparse" && mode != "prefill" && mode != "append" && mode != "gather" && mode != "cp") {
     std::fprintf(stderr, "--mode=%s: must be one of decode, sparse, prefill, append, gather, cp\n", mode.c_str());
+    return 2;
+  }
+  const std::string flush = args.get("flush", "write");
+  if (flush != "write" && flush != "read") {
+    std::fprintf(stderr, "--flush=%s: must be write or read\n", flush.c_str());
+    return 2;
+  }
+  if (mode == "cp" && flush != "write") {
+    std::fprintf(stderr, "--flush=%s: --mode cp flushes by writing only\n", flush.c_str());
     return 2;
   }
   if (mode != "prefill" && args.has("inputs")) {
@@ -472,6 +492,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("note: %s%s; running the CPU reference backend at reduced size\n",
                 named ? "backend=reference requested" : "no GPU: ", named ? "" : no_gpu.message().c_str());
   }
+  mem->set_cache_flush(flush == "read" ? CacheFlush::kRead : CacheFlush::kWrite);
   int64_t iters = 0;
   Status s = args.get_int("iters", on_cpu ? kCpuIters : kGpuIters, &iters);
   if (s.ok() && iters < 1) s = Status::invalid("--iters=" + std::to_string(iters) + ": must be >= 1");

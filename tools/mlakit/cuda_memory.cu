@@ -37,6 +37,17 @@ __global__ void fill_cache_kernel(uint8_t* out, int64_t num_pages, int64_t page_
 
 __global__ void empty_kernel() {}
 
+/// The read flush (CacheFlush::kRead): reads `count` 16-byte words; its one store is guarded by a value that the XOR
+/// of a buffer of one repeated byte never takes, so that the loads stay and nothing is written.
+__global__ void read_flush_kernel(const uint4* in, int64_t count, uint32_t never, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = in[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == never) *sink = acc;
+}
+
 int blocks_for(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)); }
 
 class CudaMemory final : public DeviceMemory {
@@ -51,8 +62,9 @@ class CudaMemory final : public DeviceMemory {
     MLAKIT_TRY(check(cudaEventCreate(&stop_), "cudaEventCreate"));
     int l2 = 0;
     MLAKIT_TRY(check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, ordinal_), "cudaDeviceGetAttribute"));
-    flush_bytes_ = size_t(l2) * 2;  // writing twice the L2 evicts everything the timed call could reuse
-    return check(cudaMalloc(&flush_, flush_bytes_), "cudaMalloc(flush buffer)");
+    flush_bytes_ = size_t(l2) * 2;  // writing (or reading) twice the L2 evicts everything the timed call could reuse
+    MLAKIT_TRY(check(cudaMalloc(&flush_, flush_bytes_), "cudaMalloc(flush buffer)"));
+    return check(cudaMemsetAsync(flush_, 0, flush_bytes_, stream_), "cudaMemset(flush)");  // the read flush reads it
   }
   ~CudaMemory() override {
     if (flush_) cudaFree(flush_);
@@ -93,6 +105,12 @@ class CudaMemory final : public DeviceMemory {
     return check(cudaGetLastError(), "fill_cache_kernel");
   }
   Status flush_cache() override {
+    if (flush_how_ == CacheFlush::kRead) {
+      const int64_t words = int64_t(flush_bytes_ / sizeof(uint4));
+      read_flush_kernel<<<blocks_for(words), kThreads, 0, stream_>>>(static_cast<const uint4*>(flush_), words,
+                                                                       0x9E3779B9u, static_cast<uint32_t*>(flush_));
+      return check(cudaGetLastError(), "read_flush_kernel");
+    }
     ++flush_value_;
     return check(cudaMemsetAsync(flush_, flush_value_, flush_bytes_, stream_), "cudaMemset(flush)");
   }

@@ -20,6 +20,20 @@
 
 namespace mlakit::cli {
 
+/// How flush_cache empties the last-level cache before a timed call (mlakit bench --flush).
+enum class CacheFlush {
+  /// Writes a buffer of twice the cache's size, as triton's do_bench does before each call (so the anchors of
+  /// docs/performance.md were timed this way): the cache is left full of dirty lines, which the timed call writes
+  /// back to memory as its own reads evict them. The default, to compare like with like.
+  kWrite,
+  /// Reads such a buffer: the cache is left holding clean lines, as between kernels that write little, so the timed
+  /// call pays for its own bytes only.
+  kRead,
+};
+
+/// "write" or "read", as --flush and the JSON name them.
+inline const char* cache_flush_name(CacheFlush how) { return how == CacheFlush::kWrite ? "write" : "read"; }
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -38,8 +52,10 @@ class DeviceMemory {
   /// `num_pages` packed pages of `page_size` tokens (bench_page_bytes() apart) of random_page_byte().
   virtual Status fill_random_cache(void* dst, int64_t num_pages, int64_t page_size, KvFormat format, int d_c, int d_r,
                                    uint64_t seed) = 0;
-  /// Evicts the last-level cache so the next timed call reads from memory.
+  /// Evicts the last-level cache so the next timed call reads from memory, the way set_cache_flush chose.
   virtual Status flush_cache() = 0;
+  void set_cache_flush(CacheFlush how) { flush_how_ = how; }
+  CacheFlush cache_flush() const { return flush_how_; }
   /// Runs `body` once and reports its duration (device events for CUDA, a steady clock for the CPU).
   virtual Status time_ms(const std::function<Status()>& body, double* ms) = 0;
   /// Host microseconds per launch of an empty kernel, launched as the library launches its kernels
@@ -47,6 +63,9 @@ class DeviceMemory {
   /// launches back to back, the floor under each launch of a call's host time (issue 11). not_supported where
   /// there is nothing to launch (the CPU).
   virtual Status empty_launch_us(double* us) = 0;
+
+ protected:
+  CacheFlush flush_how_ = CacheFlush::kWrite;
 };
 
 /// RAII allocation from a DeviceMemory.
