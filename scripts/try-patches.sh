@@ -85,7 +85,8 @@ for v in range(n):
                 m = row.match(line)
                 if not m:
                     continue
-                key = (" ".join(m.group(1).split()), m.group(2))
+                # The set's number first: two sets may time one shape in two ways (--flush read and write).
+                key = (f"s{k + 1} " + " ".join(m.group(1).split()), m.group(2))
                 if key not in times:
                     times[key] = [[] for _ in range(n)]
                     hosts[key] = [[] for _ in range(n)]
