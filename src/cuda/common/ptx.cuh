@@ -19,10 +19,25 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
 }
 
+/// An L2 policy that makes the lines a load brings in the first ones evicted: for data read once, such as a decode's
+/// KV rows, so that streaming it through the L2 pushes out its own lines rather than the ones the L2 held before
+/// (which, when dirty, would have to be written back to memory during the call).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 /// 16-byte asynchronous global -> shared copy; src_bytes = 0 zero-fills the destination (and reads
 /// nothing), which is how rows past a request's length stay finite without touching poisoned memory.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+/// cp_async_16 under an L2 policy (l2_evict_first_policy).
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, int src_bytes, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy)
                : "memory");
 }
 /// 8-byte asynchronous global -> shared copy (.ca: .cg takes 16 bytes only); src_bytes = 0 zero-fills, as above.

@@ -133,6 +133,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+/// tma_load_3d under an L2 policy (l2_evict_first_policy in ptx.cuh).
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
+                                                 int32_t c1, int32_t c2, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, "
+      "%5}], [%2], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+      : "memory");
+}
+
 /// Asks the memory system to bring `bytes` (a multiple of 16, from a 16-byte aligned address) into L2, with no
 /// destination and no completion to wait for: the fp8 producer warms the rows of its next tile this way.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {

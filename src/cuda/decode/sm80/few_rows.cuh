@@ -281,6 +281,7 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // nothing; its address is the pool's).
         static_assert(kFp8Stride == 7 * 64 && ds_v4::kRopeOffset == kFp8Stride && kDimR * 2 == 2 * 64);
         const int lane = fresh_tid() % 32;
+        const uint64_t policy = l2_evict_first_policy();  // each row is read once (most of them)
         const RowRef ref = sparse_row_ref_of<true>(p, id);  // row null: no row
         const bool valid = ref.row != nullptr;
         row_valid[stage * kTile + lane] = valid;
@@ -297,9 +298,9 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
           const uint32_t d_fp8 = st + kFp8Off + row * kFp8Stride + 16 * (lane % 4);
           const uint32_t d_rope = st + kRopeOff + row * kRopeStride + 16 * (lane % 4);
 #pragma unroll
-          for (int j = 0; j < 7; ++j) cp_async_16(d_fp8 + 64 * j, src + 64 * j, n16);
+          for (int j = 0; j < 7; ++j) cp_async_16_hint(d_fp8 + 64 * j, src + 64 * j, n16, policy);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) cp_async_16(d_rope + 64 * j, src + ds_v4::kRopeOffset + 64 * j, n16);
+          for (int j = 0; j < 2; ++j) cp_async_16_hint(d_rope + 64 * j, src + ds_v4::kRopeOffset + 64 * j, n16, policy);
         }
       } else {
         // DsMla, every warp: lane l of warp w copies row 4 w + l / 8 of the tile, pieces l % 8 + 8 i: i = 0..3 the 32
@@ -322,16 +323,19 @@ __device__ __forceinline__ void decode_few_rows_body(const DecodeParams& p) {
         // (every offset below is < 656, inside the pool's first row), so no piece needs its own select.
         const uint8_t* src = (valid ? ref.row : p.pages) + g_piece * 16;
         const int n16 = valid ? 16 : 0;
+        const uint64_t policy = l2_evict_first_policy();  // each row is read once (most of them)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {  // the 512 e4m3 bytes: pieces g_piece + 8 i
-          cp_async_16(st + kFp8Off + g_row * kFp8Stride + (g_piece + 8 * i) * 16, src + ds_mla::kQuantOffset + 128 * i,
-                      n16);
+          cp_async_16_hint(st + kFp8Off + g_row * kFp8Stride + (g_piece + 8 * i) * 16,
+                           src + ds_mla::kQuantOffset + 128 * i, n16, policy);
         }
         if constexpr (F::kRopeE4m3) {  // fp8_e4m3: the 64 e4m3 RoPE bytes at 512, pieces 0 - 3
           static_assert(ds_mla::kQuantOffset == 0, "both V3 formats start with the 512 e4m3 latent bytes");
-          if (g_piece < 4) cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + kDimV, n16);
+          if (g_piece < 4) {
+            cp_async_16_hint(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + kDimV, n16, policy);
+          }
         } else {
-          cp_async_16(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + ds_mla::kRopeOffset, n16);
+          cp_async_16_hint(st + kRopeOff + g_row * kRopeStride + g_piece * 16, src + ds_mla::kRopeOffset, n16, policy);
           if (g_piece < ds_mla::kNumGroups) {  // scale g_piece of the row -> [group g_piece][token g_row]
             cp_async_4(smem_base + L::kSmallOff + slot * F::kSmallSlotBytes + (g_piece * kTile + g_row) * 4,
                        src - g_piece * 12 + ds_mla::kScaleOffset, valid ? 4 : 0);  // row + 512 + 4 g_piece

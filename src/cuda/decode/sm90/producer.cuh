@@ -109,18 +109,19 @@ __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUten
                                               int64_t t0, uint32_t stage, int part, uint32_t bar) {
   const int first = part_first_chunk(part);
   const int page_size = 1 << p.page_shift;
+  const uint64_t policy = l2_evict_first_policy();  // each tile is read once
   if (page_size >= kBlockN) {  // the tile is (part of) one page
     const int32_t page = table[t0 >> p.page_shift];
     const int32_t row = int32_t(t0 & (page_size - 1));
     for (int c = 0; c < part_chunks(part); ++c) {
-      tma_load_3d(stage + (first + c) * kChunkBytes, map, bar, (first + c) * kSwizzleValues, row, page);
+      tma_load_3d_hint(stage + (first + c) * kChunkBytes, map, bar, (first + c) * kSwizzleValues, row, page, policy);
     }
   } else {  // 64 / P pages of P rows; P >= 16 keeps every box 2048-byte (swizzle-atom) aligned
     for (int j = 0; j < (kBlockN >> p.page_shift); ++j) {
       const int32_t page = table[(t0 >> p.page_shift) + j];
       for (int c = 0; c < part_chunks(part); ++c) {
-        tma_load_3d(stage + (first + c) * kChunkBytes + j * page_size * 128, map, bar, (first + c) * kSwizzleValues, 0,
-                    page);
+        tma_load_3d_hint(stage + (first + c) * kChunkBytes + j * page_size * 128, map, bar,
+                         (first + c) * kSwizzleValues, 0, page, policy);
       }
     }
   }
