@@ -15,8 +15,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 /// Brings the L2 line holding global address `p` into L2 (no destination, nothing to wait for). Per thread, unlike
 /// cp.async.bulk.prefetch, whose operands ptxas makes warp-uniform with a loop over the lanes' addresses.
+/// kEvictLast: the line is marked the last to evict (the dense fp8 rows' prefetch); otherwise normal priority (the
+/// sparse rows', docs/performance.md, "The L2 flush's dirty lines").
+template <bool kEvictLast>
 __device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+  if constexpr (kEvictLast) {
+    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+  } else {
+    asm volatile("prefetch.global.L2::evict_normal [%0];\n" ::"l"(p));
+  }
 }
 
 /// An L2 policy that makes the lines a load brings in the first ones evicted: for data read once, such as a decode's
@@ -26,6 +33,15 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
+}
+
+/// A 16-byte read-only global load under an L2 policy (l2_evict_first_policy).
+__device__ __forceinline__ uint4 ldg128_hint(const void* p, uint64_t policy) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  return v;
 }
 
 /// 16-byte asynchronous global -> shared copy; src_bytes = 0 zero-fills the destination (and reads

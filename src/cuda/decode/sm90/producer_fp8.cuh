@@ -66,19 +66,36 @@ struct Fp8Row {
   Scales scales;
 };
 
-/// Loads thread q's share of row `ref` (ref.row null: zeros, nothing read).
-template <KvKind kKind, int kDqk>
+/// Loads thread q's share of row `ref` (ref.row null: zeros, nothing read). kEvictFirst: under the L2 evict-first
+/// policy (load_tile_fp8's kRowsEvictFirst says where). The sparse and dense branches are spelled as they were
+/// measured and tested (each compiles to that SASS: scripts/sass-compare.sh); the dense one is the code from before
+/// the policy.
+template <KvKind kKind, int kDqk, bool kSparse, bool kEvictFirst>
 __device__ __forceinline__ void load_fp8_row(const RowRef& ref, int q, Fp8Row<kKind, kDqk>& r) {
   using R = Fp8Row<kKind, kDqk>;
   const uint8_t* row = ref.row;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  if constexpr (kSparse) {  // read once, mostly: evict-first where kEvictFirst
+    const uint64_t policy = l2_evict_first_policy();
 #pragma unroll
-  for (int j = 0; j < R::kE4m3Loads; ++j) {
-    r.e4m3[j] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kE4m3Offset + 16 * (q + 4 * j))) : zero;
-  }
+    for (int j = 0; j < R::kE4m3Loads; ++j) {
+      const void* src = row + R::kE4m3Offset + 16 * (q + 4 * j);
+      r.e4m3[j] = !row ? zero : kEvictFirst ? ldg128_hint(src, policy) : __ldg(static_cast<const uint4*>(src));
+    }
 #pragma unroll
-  for (int k = 0; k < R::kBf16Loads; ++k) {  // bf16 pieces q and q + 4 of the RoPE chunk
-    r.bf16[k] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kBf16Offset + 16 * (q + 4 * k))) : zero;
+    for (int k = 0; k < R::kBf16Loads; ++k) {  // bf16 pieces q and q + 4 of the RoPE chunk
+      const void* src = row + R::kBf16Offset + 16 * (q + 4 * k);
+      r.bf16[k] = !row ? zero : kEvictFirst ? ldg128_hint(src, policy) : __ldg(static_cast<const uint4*>(src));
+    }
+  } else {  // dense: plain loads (their prefetch keeps them evict_last)
+#pragma unroll
+    for (int j = 0; j < R::kE4m3Loads; ++j) {
+      r.e4m3[j] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kE4m3Offset + 16 * (q + 4 * j))) : zero;
+    }
+#pragma unroll
+    for (int k = 0; k < R::kBf16Loads; ++k) {
+      r.bf16[k] = row ? __ldg(reinterpret_cast<const uint4*>(row + R::kBf16Offset + 16 * (q + 4 * k))) : zero;
+    }
   }
   if constexpr (kKind == KvKind::kDsMla) {
     r.scales = row ? __ldg(reinterpret_cast<const float4*>(row + ds_mla::kScaleOffset)) : make_float4(0, 0, 0, 0);
@@ -197,6 +214,12 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // bytes in their 64 or 72 registers, and the dense 128-head rows 8 - 9% slower than one producer, the sparse ones up
   // to 4.7% (docs/performance.md, 2026-11-28).
   constexpr bool kCarry = kStride == 1;
+  // Sparse rows are read once (mostly): their prefetches go at normal priority and, in CTAs without a pair, their
+  // loads evict-first, so that they stop pushing out what the L2 held (V3.2 rows -2.9 to -3.8%, V4 -0.5 to -1.7% on
+  // an H200 with the anchors' flush). The loads' hint made CTA pairs up to 1.6% slower, and dense decode keeps its
+  // plain loads and evict_last prefetches: with both changes its (128, 1, 32768, 128) fp8_ds_mla row was 2.1% slower
+  // in two runs (docs/performance.md, "The L2 flush's dirty lines").
+  constexpr bool kRowsEvictFirst = kSparse && kStride == 1;
   // Sparse tiles count index columns in 32 bits (a tile that exists starts below the request's length, which
   // request_len caps at INT32_MAX): the 64-bit position was a loop invariant that ptxas spilled, and its reload delayed
   // every row lookup. The dense kernels keep 64-bit positions: at 32 bits their 128-head pairs were 0.3 - 1.8% slower
@@ -214,7 +237,9 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
     return ref;
   };
   Fp8Row<kKind, kDqk> r;
-  if constexpr (kLoadFirst) load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);  // in flight under the prefetch
+  if constexpr (kLoadFirst) {
+    load_fp8_row<kKind, kDqk, kSparse, kRowsEvictFirst>(ref_of(first_pass), q, r);  // in flight under the prefetch
+  }
   if (has_next) {
     // Each of a row's 4 threads prefetches every 4th of the 128-byte lines the row touches, and thread 0 its fp8_ds_v4
     // scale block (row_prefetch.cuh): the scale block's first use was the producer's largest stall in the V4 profile
@@ -226,7 +251,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
         const RowRef next = kv_row_ref<kSparse, kScales, decltype(set)::value>(p, req, t, main_len, len);
         if (kCarry && k == 0) carry[0] = next;
         if (kCarry && k == 1) carry[1] = next;
-        prefetch_row_l2<kRowBytes, kScales>(next, q, kFp8ThreadsPerRow);
+        prefetch_row_l2<kRowBytes, kScales, !kSparse>(next, q, kFp8ThreadsPerRow);
       });
     }
   }
@@ -241,7 +266,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
       // handed over a V half at a time they were 4.8 - 5.7% slower; V3's dense rows in three steps (a V half at a time
       // after the RoPE part) gained only 2.3 - 3.1%.
       const int row = row0 + kFp8RowsPerPass * first_pass;
-      load_fp8_row<kKind, kDqk>(ref_of(first_pass), q, r);
+      load_fp8_row<kKind, kDqk, kSparse, kRowsEvictFirst>(ref_of(first_pass), q, r);
       const auto hand_over = [&](auto set_c) {
         constexpr int kSet = decltype(set_c)::value;
         for_each_part_of<kSet>([&](auto part_c) { mbar_wait(sm.empty(st, decltype(part_c)::value), free_parity); });
@@ -260,7 +285,7 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
 #pragma unroll 1
   for (int k = first_pass; k < end_pass; ++k) {
     const int row = row0 + kFp8RowsPerPass * k;
-    if (!kLoadFirst || k != first_pass) load_fp8_row<kKind, kDqk>(ref_of(k), q, r);
+    if (!kLoadFirst || k != first_pass) load_fp8_row<kKind, kDqk, kSparse, kRowsEvictFirst>(ref_of(k), q, r);
     if (k == first_pass) {
 #pragma unroll
       for (int part = 0; part < kUsedParts; ++part) mbar_wait(sm.empty(st, part), free_parity);

@@ -18,17 +18,17 @@ namespace mlakit::cuda::decode::sm90 {
 
 /// Thread q of the `threads` that share row `ref` prefetches every threads-th 128-byte line the row touches (counted
 /// from the line holding its first byte: a row may start anywhere in a line) and, q = 0, its fp8_ds_v4 scale block,
-/// which lies apart in the page (kScales). A row without bytes (ref.row null) is skipped.
-template <int kRowBytes, bool kScales>
+/// which lies apart in the page (kScales). A row without bytes (ref.row null) is skipped. kEvictLast: prefetch_l2's.
+template <int kRowBytes, bool kScales, bool kEvictLast>
 __device__ __forceinline__ void prefetch_row_l2(const RowRef& ref, int q, int threads) {
   if (ref.row == nullptr) return;
   const auto first = reinterpret_cast<uintptr_t>(ref.row) & ~uintptr_t(127);
   const int span = int(reinterpret_cast<uintptr_t>(ref.row) - first) + kRowBytes;  // bytes from `first`
 #pragma unroll
   for (int line = q; line * 128 < span; line += threads) {
-    prefetch_l2(reinterpret_cast<const void*>(first + uintptr_t(line) * 128));
+    prefetch_l2<kEvictLast>(reinterpret_cast<const void*>(first + uintptr_t(line) * 128));
   }
-  if (kScales && q == 0) prefetch_l2(ref.scales);
+  if (kScales && q == 0) prefetch_l2<kEvictLast>(ref.scales);
 }
 
 /// Tiles past the consumers' current one whose rows the V warpgroup prefetches: the producer fills the stage of tile
@@ -73,7 +73,8 @@ struct RowsAhead {
   __device__ __forceinline__ void prefetch_then_load(const DecodeParams& p, const Piece& pc, int32_t j) {
     if (j < pc.n_tiles) {
       const int64_t t = int64_t(pc.t_begin + j) * kBlockN + row;
-      prefetch_row_l2<kRowBytes, false>(sparse_row_ref_of<false>(p, SparseId{id, t >= main_len}), q, kThreadsPerRow);
+      prefetch_row_l2<kRowBytes, false, false>(sparse_row_ref_of<false>(p, SparseId{id, t >= main_len}), q,
+                                               kThreadsPerRow);
     }
     load_id(p, pc, j + 1);
   }
