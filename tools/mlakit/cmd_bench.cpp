@@ -49,9 +49,9 @@ constexpr const char* kHelp = R"(usage: mlakit bench [options]
                      as torch.randn fills them: wider scores, so the online softmax's maxima move more often)
   --iters N          timed repetitions (default 20 on a GPU, 3 on the CPU); the median is reported
   --flush F          how the cache is emptied before each timed call: write (default: a buffer of twice its size
-                     written, as triton's do_bench does, so the anchors' way; the call then writes the dirty lines
-                     back as it evicts them) | read (the buffer read: the call finds clean lines, as between kernels
-                     that write little). Not with --mode cp
+                     written; triton's do_bench, which timed the anchors, writes 256 MB: either leaves dirty lines,
+                     which the call writes back as it evicts them) | read (the buffer read: the call finds clean
+                     lines, as between kernels that write little). Not with --mode cp
   --json FILE        also write every result as JSON (decode and cp modes)
   --tokens T --rope  append: tokens written to random distinct slots (default 65536), with fused RoPE
   --rows N --requests B   gather: rows read (default 1,048,576) over B equal requests (default 128)

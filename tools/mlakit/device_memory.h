@@ -22,9 +22,9 @@ namespace mlakit::cli {
 
 /// How flush_cache empties the last-level cache before a timed call (mlakit bench --flush).
 enum class CacheFlush {
-  /// Writes a buffer of twice the cache's size, as triton's do_bench does before each call (so the anchors of
-  /// docs/performance.md were timed this way): the cache is left full of dirty lines, which the timed call writes
-  /// back to memory as its own reads evict them. The default, to compare like with like.
+  /// Writes a buffer of twice the cache's size (triton's do_bench, which timed the anchors of docs/performance.md,
+  /// writes 256 MB before each call): the cache is left full of dirty lines, which the timed call writes back to
+  /// memory as its own reads evict them. The default, to compare like with like.
   kWrite,
   /// Reads such a buffer: the cache is left holding clean lines, as between kernels that write little, so the timed
   /// call pays for its own bytes only.

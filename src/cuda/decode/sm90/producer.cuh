@@ -109,7 +109,7 @@ __device__ __forceinline__ void load_part_tma(const DecodeParams& p, const CUten
                                               int64_t t0, uint32_t stage, int part, uint32_t bar) {
   const int first = part_first_chunk(part);
   const int page_size = 1 << p.page_shift;
-  const uint64_t policy = l2_evict_first_policy();  // each tile is read once
+  const uint64_t policy = l2_evict_first_policy();  // streamed: each tile is read once per row block
   if (page_size >= kBlockN) {  // the tile is (part of) one page
     const int32_t page = table[t0 >> p.page_shift];
     const int32_t row = int32_t(t0 & (page_size - 1));

@@ -217,8 +217,9 @@ __device__ __forceinline__ void load_tile_fp8(const DecodeParams& p, int32_t req
   // Sparse rows are read once (mostly): their prefetches go at normal priority and, in CTAs without a pair, their
   // loads evict-first, so that they stop pushing out what the L2 held (V3.2 rows -2.9 to -3.8%, V4 -0.5 to -1.7% on
   // an H200 with the anchors' flush). The loads' hint made CTA pairs up to 1.6% slower, and dense decode keeps its
-  // plain loads and evict_last prefetches: with both changes its (128, 1, 32768, 128) fp8_ds_mla row was 2.1% slower
-  // in two runs (docs/performance.md, "The L2 flush's dirty lines").
+  // plain loads and evict_last prefetches: with the sparse form its (128, 1, 32768, 128) fp8_ds_mla row (CTA pairs:
+  // the prefetches' priority only) was 2.1% slower in both runs, its other rows -1.5 to +0.9% (docs/performance.md,
+  // "The L2 flush's dirty lines").
   constexpr bool kRowsEvictFirst = kSparse && kStride == 1;
   // Sparse tiles count index columns in 32 bits (a tile that exists starts below the request's length, which
   // request_len caps at INT32_MAX): the 64-bit position was a loop invariant that ptxas spilled, and its reload delayed
